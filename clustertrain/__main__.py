@@ -1,0 +1,3 @@
+from clustertrain.cli import main
+
+main()

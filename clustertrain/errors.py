@@ -1,0 +1,13 @@
+"""Errors a user can fix. The CLI prints them as one line and exits with status 2."""
+
+
+class UserError(Exception):
+    """Bad input or an unusable environment, with what was wrong and how to fix it."""
+
+
+class FieldError(UserError):
+    """A value of the job spec (from a flag or a job file) that is not valid."""
+
+    def __init__(self, field: str, value: object, valid: str) -> None:
+        self.field, self.value, self.valid = field, value, valid
+        super().__init__(f"{field}: invalid value {value!r}; {valid}")
