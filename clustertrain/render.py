@@ -1,0 +1,202 @@
+"""The pure core: a validated :class:`JobSpec` becomes the exact scripts Slurm will run.
+
+No I/O happens here. The dry run prints a :class:`RenderedJob`; a submission writes the same
+object to the run folder and hands its batch script to sbatch, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from clustertrain import __version__
+from clustertrain.spec import JobSpec
+from clustertrain.templates import render_template
+
+# The rendezvous port is derived from the job id so that two jobs sharing a node never share a
+# c10d store (seen here: two jobs on port 29500 joined one rendezvous and one of them failed).
+# clustertrain.env.rendezvous_port computes the same value in Python.
+PORT_BASE, PORT_SPAN = 29500, 20000
+BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
+
+
+class Expand(str):
+    """A word the shell must expand on the node at run time, e.g. ``$HEAD_NODE:$RDZV_PORT``.
+
+    Rendered inside double quotes, so it may hold variable references and plain text only.
+    """
+
+    _SAFE = re.compile(r'(?:\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}|[^$`"\\\n])*')
+
+    def __new__(cls, text: str) -> Expand:
+        if not cls._SAFE.fullmatch(text):
+            raise ValueError(f"not a plain variable expansion: {text!r}")
+        return super().__new__(cls, text)
+
+
+def shell_word(word: str) -> str:
+    return f'"{word}"' if isinstance(word, Expand) else shlex.quote(word)
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """Everything a submission writes and submits, as text."""
+
+    spec: JobSpec
+    run_dir: str
+    directives: tuple[str, ...]
+    launch_argv: tuple[str, ...]
+    batch_script: str
+    launch_script: str
+
+    @property
+    def batch_path(self) -> str:
+        return str(PurePosixPath(self.run_dir, BATCH_SCRIPT))
+
+    @property
+    def launch_path(self) -> str:
+        return str(PurePosixPath(self.run_dir, LAUNCH_SCRIPT))
+
+    def dry_run_text(self) -> str:
+        """What ``submit --dry-run`` prints: both files, each under a line naming its path."""
+        return (
+            f"#### {self.batch_path} (handed to sbatch)\n{self.batch_script}"
+            f"#### {self.launch_path} (run by srun on every node)\n{self.launch_script}"
+        )
+
+
+def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
+    """Render ``spec`` for a job whose files live in ``run_dir`` and which runs in ``workdir``.
+
+    Both paths must be absolute (every node resolves them the same way).
+    """
+    for path in (run_dir, workdir):
+        if not path.startswith("/") or not path.isprintable() or "%" in path:
+            raise ValueError(f"not an absolute, printable path without '%': {path!r}")
+    launch_argv = launcher_argv(spec)
+    directives = sbatch_directives(spec, run_dir, workdir)
+    context = {
+        "version": __version__,
+        "spec": spec,
+        "run_dir": run_dir,
+        "batch_path": str(PurePosixPath(run_dir, BATCH_SCRIPT)),
+        "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
+        "logs_dir": str(PurePosixPath(run_dir, "logs")),
+        "out_dir": str(PurePosixPath(run_dir, "out")),
+        "directives": directives,
+        "srun": " ".join(shell_word(w) for w in srun_argv(spec, run_dir)),
+        "launch_lines": _argv_lines(launch_argv),
+        "port_base": PORT_BASE,
+        "port_span": PORT_SPAN,
+    }
+    return RenderedJob(
+        spec=spec,
+        run_dir=run_dir,
+        directives=directives,
+        launch_argv=launch_argv,
+        batch_script=render_template("sbatch.sh.j2", **context),
+        launch_script=render_template("launch.sh.j2", **context),
+    )
+
+
+def _argv_lines(argv: tuple[str, ...]) -> list[str]:
+    """Quote ``argv`` and group it one option per line: ``--flag value`` stays together."""
+    lines: list[list[str]] = []
+    for word in argv:
+        takes_value = len(lines) == 1 or (lines and lines[-1][0].startswith("-")
+                                          and "=" not in lines[-1][0])
+        if lines and len(lines[-1]) == 1 and takes_value and not word.startswith("-"):
+            lines[-1].append(word)
+        else:
+            lines.append([word])
+    return [" ".join(shell_word(w) for w in line) for line in lines]
+
+
+def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, ...]:
+    """The ``#SBATCH`` flags, sorted by name, each value quoted for sbatch's own parser."""
+    logs = PurePosixPath(run_dir, "logs")
+    gpus = spec.gpus_per_node
+    values: dict[str, str | None] = {
+        "job-name": spec.name,
+        "nodes": str(spec.nodes),
+        "ntasks-per-node": "1",
+        "cpus-per-task": str(spec.cpus_per_task),
+        "time": spec.time,
+        "chdir": workdir,
+        # %j keeps jobs apart; attempts of a requeued job append instead of overwriting.
+        "output": f"{logs}/slurm-%j.out",
+        "error": f"{logs}/slurm-%j.err",
+        "open-mode": "append",
+        # B: signals the batch shell only; it forwards the warning to the launchers.
+        "signal": f"B:USR2@{spec.signal_lead_s}",
+        "partition": spec.partition,
+        "account": spec.account,
+        "qos": spec.qos,
+        "constraint": spec.constraint,
+        "mem": spec.mem,
+        "mail-type": spec.mail_type,
+        "mail-user": spec.mail_user,
+        "dependency": spec.dependency,
+    }
+    if gpus:
+        values["gres" if spec.gpus_as_gres else "gpus-per-node"] = (
+            f"gpu:{gpus}" if spec.gpus_as_gres else str(gpus))
+    flags = [f"--{key}={shlex.quote(value)}" for key, value in sorted(values.items())
+             if value is not None]
+    if spec.exclusive:
+        flags.append("--exclusive")
+    for option in spec.sbatch_options:
+        key, sep, value = option.partition("=")
+        flags.append(f"{key}={shlex.quote(value)}" if sep else key)
+    return tuple(flags)
+
+
+def srun_argv(spec: JobSpec, run_dir: str) -> tuple[str, ...]:
+    """One launcher task per node; ``--kill-on-bad-exit`` ends the job when any node fails."""
+    return (
+        "srun",
+        "--kill-on-bad-exit=1",
+        f"--nodes={spec.nodes}",
+        f"--ntasks={spec.nodes}",
+        "--ntasks-per-node=1",
+        Expand("--output=$LOG_DIR/%N.out"),
+        Expand("--error=$LOG_DIR/%N.err"),
+        "bash",
+        str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
+    )
+
+
+def launcher_argv(spec: JobSpec) -> tuple[str, ...]:
+    """The command each node runs: ``torchrun`` or ``accelerate launch`` with a c10d rendezvous."""
+    if spec.launcher == "accelerate":
+        head: tuple[str, ...] = ("accelerate", "launch")
+        if spec.world_size > 1:
+            head += ("--multi_gpu",)
+        head += (
+            "--num_machines", str(spec.nodes),
+            "--num_processes", str(spec.world_size),
+            # Each node's rank must come from that node at run time: a number rendered here
+            # would give every node the same rank.
+            "--machine_rank", Expand("$SLURM_NODEID"),
+            "--main_process_ip", Expand("$HEAD_NODE"),
+            "--main_process_port", Expand("$RDZV_PORT"),
+            "--rdzv_backend", "c10d",
+            "--rdzv_conf", f"join_timeout={spec.rdzv_timeout_s}",
+            "--max_restarts", str(spec.max_restarts),
+            "--tee", "3",
+        )
+    else:
+        head = (
+            "torchrun",
+            f"--nnodes={spec.nodes}",
+            f"--nproc-per-node={spec.nproc_per_node}",
+            "--rdzv-backend=c10d",
+            Expand("--rdzv-endpoint=$HEAD_NODE:$RDZV_PORT"),
+            Expand("--rdzv-id=$SLURM_JOB_ID"),
+            f"--rdzv-conf=join_timeout={spec.rdzv_timeout_s}",
+            f"--max-restarts={spec.max_restarts}",
+            "--tee=3",
+        )
+    return (*head, spec.script, *spec.args)

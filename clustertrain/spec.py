@@ -1,0 +1,277 @@
+"""The job spec: what a user asks for, from a YAML job file and command-line flags.
+
+Everything a spec holds has been validated here, in one place, so the renderer can trust it.
+Values are data: a field that reaches the shell is either restricted to what Slurm accepts or
+quoted literally by the renderer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from clustertrain.errors import FieldError
+
+Launcher = Literal["torchrun", "accelerate"]
+LAUNCHERS: tuple[str, ...] = get_args(Launcher)
+
+# Slurm's own names (partition, account, qos) are plain words; refusing the rest costs nothing.
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEM = re.compile(r"\d+[KMGT]?")
+_DEPENDENCY = re.compile(r"[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*|singleton")
+_CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|\[\]*:()!-]{1,256}")
+_MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
+               "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
+_SBATCH_OPT = re.compile(r"--[a-z][a-z0-9-]*(=[^\x00-\x1f\x7f]*)?")
+# Options the renderer owns: letting them through twice would make the script contradict itself.
+_OWNED_OPTS = {"nodes", "ntasks-per-node", "ntasks", "gpus-per-node", "gres", "cpus-per-task",
+               "time", "job-name", "output", "error", "signal", "chdir", "open-mode", "requeue"}
+# Slurm's time formats (sbatch(1), --time); "25:99" is minutes:seconds with 99 seconds: refused.
+_TIME = re.compile(
+    r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?)"
+    r"|(?:(?P<h>\d+):(?P<m>\d+):(?P<s>\d+))|(?:(?P<mm>\d+):(?P<ss>\d+))|(?P<min>\d+)"
+)
+_MAX_TIME_S = 365 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated multi-node training job. Build it with :func:`build_spec`."""
+
+    name: str = "mnist"
+    nodes: int = 1
+    gpus_per_node: int = 0
+    procs_per_node: int | None = None
+    gpus_as_gres: bool = False
+    cpus_per_task: int = 4
+    time: str = "01:00:00"
+    launcher: Launcher = "torchrun"
+    script: str = "jobs/mnist/train.py"
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    mem: str | None = None
+    mail_type: str | None = None
+    mail_user: str | None = None
+    dependency: str | None = None
+    sbatch_options: tuple[str, ...] = ()
+    signal_lead_s: int = 120
+    max_restarts: int = 0
+    rdzv_timeout_s: int = 120
+    venv: str | None = None
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Processes each node starts: one per GPU unless set, at least one on CPU-only nodes."""
+        return self.procs_per_node or max(self.gpus_per_node, 1)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as a job file would hold it (what a run folder records)."""
+        data = {name: getattr(self, name) for name in FIELDS}
+        data["args"] = list(self.args)
+        data["env"] = dict(self.env)
+        data["sbatch_options"] = list(self.sbatch_options)
+        return data
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JobSpec))
+
+
+def build_spec(job_file: Mapping[str, Any] | None = None, **overrides: Any) -> JobSpec:
+    """Merge a job file's mapping with flag overrides (flags win) and validate every field.
+
+    ``None`` in overrides means "flag not given". Raises :class:`FieldError` on the first bad field.
+    """
+    values: dict[str, Any] = {}
+    if job_file is not None:
+        if not isinstance(job_file, Mapping):
+            raise FieldError("job file", type(job_file).__name__,
+                             "a job file must be a YAML mapping of field: value")
+        unknown = sorted(str(k) for k in job_file if k not in FIELDS)
+        if unknown:
+            raise FieldError(unknown[0], job_file[unknown[0]] if unknown[0] in job_file else None,
+                             "unknown field; valid fields: " + ", ".join(FIELDS))
+        values.update(job_file)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return JobSpec(**{name: _VALIDATORS[name](name, value) for name, value in values.items()})
+
+
+def _int(low: int, high: int) -> Any:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise FieldError(name, value, f"must be an integer from {low} to {high}")
+        return value
+    return check
+
+
+def _optional_int(low: int, high: int) -> Any:
+    check_int = _int(low, high)
+    return lambda name, value: None if value is None else check_int(name, value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise FieldError(name, value, "must be true or false")
+    return value
+
+
+def _text(name: str, value: Any, max_len: int = 4096) -> str:
+    if not isinstance(value, str):
+        raise FieldError(name, value, "must be a string")
+    if "\x00" in value:
+        raise FieldError(name, value, "must not contain a NUL byte")
+    if len(value) > max_len:
+        raise FieldError(name, value[:40] + "...", f"must be at most {max_len} characters")
+    return value
+
+
+def _pattern(regex: re.Pattern[str], valid: str) -> Any:
+    def check(name: str, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not regex.fullmatch(value):
+            raise FieldError(name, value, valid)
+        return value
+    return check
+
+
+def _name(name: str, value: Any) -> str:
+    text = _text(name, value, max_len=128)
+    if not text or not text.isprintable() or "%" in text:
+        raise FieldError(name, value,
+                         "must be 1-128 printable characters without '%' (e.g. mnist-ddp)")
+    return text
+
+
+def _time(name: str, value: Any) -> str:
+    """Validate a Slurm time limit and normalise it to [D-]HH:MM:SS."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    match = _TIME.fullmatch(text) if isinstance(text, str) else None
+    valid = "use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 01:30:00)"
+    if not match:
+        raise FieldError(name, value, valid)
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    days, hours = g.get("d", 0), g.get("h", g.get("dh", 0))
+    minutes = g.get("m", g.get("dm", g.get("mm", g.get("min", 0))))
+    seconds = g.get("s", g.get("ds", g.get("ss", 0)))
+    bounded_minutes = "min" not in g and ("h" in g or "dm" in g)
+    if seconds > 59 or (bounded_minutes and minutes > 59) or ("dh" in g and hours > 23):
+        raise FieldError(name, value, valid)
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if not 60 <= total <= _MAX_TIME_S:
+        raise FieldError(name, value, "must be between 1 minute and 365 days; " + valid)
+    days, rest = divmod(total, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _launcher(name: str, value: Any) -> str:
+    if value not in LAUNCHERS:
+        raise FieldError(name, value, "must be one of: " + ", ".join(LAUNCHERS))
+    return str(value)
+
+
+def _script(name: str, value: Any) -> str:
+    text = _text(name, value, max_len=1024)
+    if not text or text.startswith("-") or not text.isprintable():
+        raise FieldError(name, value, "must be the path of a Python script, e.g. jobs/mnist/train.py")
+    return text
+
+
+def _args(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise FieldError(name, value, "must be a list of strings, e.g. [--epochs, '3']")
+    return tuple(_text(f"{name}[{i}]", str(v) if isinstance(v, int | float) and not isinstance(
+        v, bool) else v) for i, v in enumerate(value))
+
+
+def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, list | tuple):
+        pairs = []
+        for item in value:
+            if not isinstance(item, str) or "=" not in item:
+                raise FieldError(name, item, "must be KEY=VALUE, e.g. --env OMP_NUM_THREADS=1")
+            key, _, val = item.partition("=")
+            pairs.append((key, val))
+        value = dict(pairs)
+    if not isinstance(value, Mapping):
+        raise FieldError(name, value, "must be a mapping of KEY: value")
+    checked = []
+    for key, val in value.items():
+        if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
+            raise FieldError(f"{name} key", key, "must be a shell variable name like OMP_NUM_THREADS")
+        if isinstance(val, bool) or not isinstance(val, str | int | float):
+            raise FieldError(f"{name}.{key}", val, "must be a string or a number")
+        checked.append((key, _text(f"{name}.{key}", str(val))))
+    return tuple(checked)
+
+
+def _sbatch_options(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise FieldError(name, value, "must be a list like ['--reservation=gpu-maint']")
+    for option in value:
+        if not isinstance(option, str) or not _SBATCH_OPT.fullmatch(option):
+            raise FieldError(name, option, "must look like --option or --option=value, one line")
+        if option[2:].split("=", 1)[0] in _OWNED_OPTS:
+            raise FieldError(name, option, "is set by clustertrain; use its own field instead")
+    return tuple(value)
+
+
+def _mail_type(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    types = value.split(",") if isinstance(value, str) else [value]
+    if not all(t in _MAIL_TYPES for t in types):
+        raise FieldError(name, value, "must be a comma list of " + ", ".join(sorted(_MAIL_TYPES)))
+    return str(value)
+
+
+def _venv(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    text = _text(name, value, max_len=1024)
+    if not text.startswith("/") or not text.isprintable():
+        raise FieldError(name, value, "must be the absolute path of a virtual environment")
+    return text
+
+
+_VALIDATORS: dict[str, Any] = {
+    "name": _name,
+    "nodes": _int(1, 10_000),
+    "gpus_per_node": _int(0, 64),
+    "procs_per_node": _optional_int(1, 256),
+    "gpus_as_gres": _bool,
+    "cpus_per_task": _int(1, 4096),
+    "time": _time,
+    "launcher": _launcher,
+    "script": _script,
+    "args": _args,
+    "env": _env,
+    "partition": _pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug"),
+    "account": _pattern(_SLURM_NAME, "must be a Slurm account name like proj-123"),
+    "qos": _pattern(_SLURM_NAME, "must be a Slurm QOS name like normal"),
+    "constraint": _pattern(_CONSTRAINT, "must be a Slurm feature expression like 'a100&ib'"),
+    "exclusive": _bool,
+    "mem": _pattern(_MEM, "must be a size like 64G or 0 (all of a node's memory)"),
+    "mail_type": _mail_type,
+    "mail_user": _pattern(_EMAIL, "must be an e-mail address"),
+    "dependency": _pattern(_DEPENDENCY, "must be like afterok:123 or afterany:1:2"),
+    "sbatch_options": _sbatch_options,
+    "signal_lead_s": _int(10, 65535),
+    "max_restarts": _int(0, 100),
+    "rdzv_timeout_s": _int(10, 3600),
+    "venv": _venv,
+}
