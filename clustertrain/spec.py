@@ -11,7 +11,10 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, get_args
+
+import yaml
 
 from clustertrain.errors import FieldError
 
@@ -102,11 +105,38 @@ def build_spec(job_file: Mapping[str, Any] | None = None, **overrides: Any) -> J
                              "a job file must be a YAML mapping of field: value")
         unknown = sorted(str(k) for k in job_file if k not in FIELDS)
         if unknown:
-            raise FieldError(unknown[0], job_file[unknown[0]] if unknown[0] in job_file else None,
+            raise FieldError(unknown[0], job_file[unknown[0]],
                              "unknown field; valid fields: " + ", ".join(FIELDS))
         values.update(job_file)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return JobSpec(**{name: _VALIDATORS[name](name, value) for name, value in values.items()})
+
+
+_MAX_JOB_FILE_BYTES = 1 << 20
+
+
+def load_job_file(path: str) -> Any:
+    """Read a YAML job file (safe loader: tags that construct objects are refused)."""
+    try:
+        with Path(path).open("rb") as handle:
+            data = handle.read(_MAX_JOB_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise FieldError("job file", path, "no such file; give the path of a YAML job file "
+                         "such as jobs/mnist.yaml") from None
+    except OSError as exc:
+        raise FieldError("job file", path, f"cannot be read ({exc.strerror}); check its "
+                         "permissions") from None
+    if len(data) > _MAX_JOB_FILE_BYTES:
+        raise FieldError("job file", path, "is larger than 1 MiB; a job file is a short mapping")
+    try:
+        return yaml.safe_load(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise FieldError("job file", path, "must be UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise FieldError("job file", path, f"is not valid YAML{line}: "
+                         f"{getattr(exc, 'problem', None) or exc}") from None
 
 
 def _int(low: int, high: int) -> Any:
@@ -187,7 +217,8 @@ def _launcher(name: str, value: Any) -> str:
 def _script(name: str, value: Any) -> str:
     text = _text(name, value, max_len=1024)
     if not text or text.startswith("-") or not text.isprintable():
-        raise FieldError(name, value, "must be the path of a Python script, e.g. jobs/mnist/train.py")
+        raise FieldError(name, value,
+                         "must be the path of a Python script, e.g. jobs/mnist/train.py")
     return text
 
 
@@ -212,7 +243,8 @@ def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
     checked = []
     for key, val in value.items():
         if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
-            raise FieldError(f"{name} key", key, "must be a shell variable name like OMP_NUM_THREADS")
+            raise FieldError(f"{name} key", key,
+                             "must be a shell variable name like OMP_NUM_THREADS")
         if isinstance(val, bool) or not isinstance(val, str | int | float):
             raise FieldError(f"{name}.{key}", val, "must be a string or a number")
         checked.append((key, _text(f"{name}.{key}", str(val))))

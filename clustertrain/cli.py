@@ -1,0 +1,244 @@
+"""The ``clustertrain`` command line: each command parses, calls the library, prints.
+
+Errors a user can fix arrive as :class:`UserError` and leave as one line on stderr with exit
+status 2. Heavy modules (submitit, torch) are imported only by the commands that need them, so
+``--help`` and ``submit --dry-run`` stay fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from clustertrain import __version__
+from clustertrain.errors import UserError
+
+_EPILOG_SUBMIT = """\b
+Examples:
+  clustertrain submit --nodes 4 --gpus-per-node 8 --dry-run
+  clustertrain submit jobs/mnist.yaml --nodes 2 -- --epochs 3
+  clustertrain submit jobs/mnist-accelerate.yaml --partition gpu --env NCCL_DEBUG=INFO
+"""
+
+
+class _SubmitCommand(click.Command):
+    """Keeps everything after ``--`` for the training script, untouched by option parsing."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["train_args"] = tuple(args[cut + 1:])
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+def _runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--runs-dir", metavar="DIR",
+        help="Root of the run folders (default: $CLUSTERTRAIN_RUNS_DIR, else ./runs). "
+             "It must be on a filesystem every node sees.")(func)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="""\b
+Examples:
+  clustertrain cluster up --nodes 4          # a local Slurm cluster on this machine (root)
+  clustertrain submit jobs/mnist.yaml --nodes 2 --gpus-per-node 2
+  clustertrain logs last --follow
+""")
+@click.version_option(__version__, prog_name="clustertrain")
+def cli() -> None:
+    """Run a PyTorch training script on many Slurm nodes: torchrun or accelerate, one command."""
+
+
+@cli.command(cls=_SubmitCommand, epilog=_EPILOG_SUBMIT)
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--nodes", type=int, help="Nodes to allocate (one launcher per node).")
+@click.option("--gpus-per-node", type=int, help="GPUs per node; one process per GPU.")
+@click.option("--procs-per-node", type=int,
+              help="Processes per node when it differs from the GPUs (CPU-only nodes).")
+@click.option("--gres", "gpus_as_gres", is_flag=True, default=None,
+              help="Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).")
+@click.option("--cpus-per-task", type=int, help="CPUs for each node's launcher task.")
+@click.option("--time", help="Time limit, e.g. 01:30:00 or 2-00:00:00.")
+@click.option("--name", help="Slurm job name.")
+@click.option("--launcher", help="torchrun (default) or accelerate.")
+@click.option("--script", help="Training script every node runs (default jobs/mnist/train.py).")
+@click.option("--partition")
+@click.option("--account")
+@click.option("--qos")
+@click.option("--constraint")
+@click.option("--exclusive", is_flag=True, default=None)
+@click.option("--mem", help="Memory per node, e.g. 64G.")
+@click.option("--mail-type")
+@click.option("--mail-user")
+@click.option("--dependency", help="e.g. afterok:1234")
+@click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="--OPT=VALUE",
+              help="Any other sbatch option, passed through (repeatable).")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
+              help="Environment variable for the job (repeatable).")
+@click.option("--signal-lead", "signal_lead_s", type=int,
+              help="Seconds before the time limit at which the job is warned (USR2).")
+@click.option("--max-restarts", type=int, help="Worker restarts the launcher may do.")
+@click.option("--venv", help="Virtual environment the nodes use (default: the current one).")
+@_runs_dir_option
+@click.option("--dry-run", is_flag=True, help="Print what would be submitted; touch nothing.")
+@click.pass_context
+def submit(ctx: click.Context, job_file: str | None, runs_dir: str | None, dry_run: bool,
+           **flags: Any) -> None:
+    """Render a multi-node job and queue it; args after -- go to the training script."""
+    from clustertrain import runs
+    from clustertrain.render import render
+    from clustertrain.spec import build_spec, load_job_file
+
+    train_args = ctx.meta.get("train_args")
+    flags["args"] = list(train_args) if train_args is not None else None
+    flags["env"] = list(flags["env"]) or None
+    flags["sbatch_options"] = list(flags["sbatch_options"]) or None
+    if flags["venv"] is None and sys.prefix != sys.base_prefix:
+        flags["venv"] = sys.prefix
+    spec = build_spec(load_job_file(job_file) if job_file else None, **flags)
+    run_dir = runs.new_run_dir(runs.runs_root(runs_dir), spec.name)
+    job = render(spec, str(run_dir), os.getcwd())
+    if dry_run:
+        click.echo(job.dry_run_text(), nl=False)
+        return
+    from clustertrain.submission import submit_job
+
+    run = submit_job(job)
+    click.echo(f"submitted job {run.job_id}: {spec.nodes} node(s) x {spec.nproc_per_node} "
+               f"process(es), {spec.launcher}")
+    click.echo(f"run folder: {run.path}")
+    click.echo(f"follow it:  clustertrain logs {run.job_id} --follow")
+
+
+@cli.command(epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42")
+@click.argument("job", default="last")
+@_runs_dir_option
+def status(job: str, runs_dir: str | None) -> None:
+    """State, nodes, elapsed time, restarts and, once done, the final accuracy of JOB."""
+    from clustertrain import runs
+    from clustertrain.slurm import Slurm
+
+    run = runs.find_run(runs.runs_root(runs_dir), job)
+    state = Slurm().state(run.job_id)
+    click.echo(f"job {run.job_id} ({run.name}): {state.state}")
+    click.echo(f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
+               f"restarts: {state.restarts}")
+    if state.reason:
+        click.echo(f"  reason: {state.reason}")
+    click.echo(f"  run folder: {run.path}")
+    final = run.final_metrics()
+    if final is not None and isinstance(final.get("test_acc"), int | float):
+        click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
+
+
+@cli.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@_runs_dir_option
+def list_jobs(limit: int, runs_dir: str | None) -> None:
+    """Recent jobs from the run folders, newest first."""
+    from clustertrain import runs
+
+    for run in runs.all_runs(runs.runs_root(runs_dir))[:limit]:
+        click.echo(f"{run.job_id:>8}  {run.submitted_at}  {run.name:<16} "
+                   f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
+                   f"{run.path}")
+
+
+@cli.command(epilog="\b\nExample:\n  clustertrain cancel 42")
+@click.argument("job")
+@_runs_dir_option
+def cancel(job: str, runs_dir: str | None) -> None:
+    """Cancel JOB (a job id, a run folder or 'last')."""
+    from clustertrain import runs
+    from clustertrain.slurm import Slurm
+
+    run = runs.find_run(runs.runs_root(runs_dir), job)
+    Slurm().cancel(run.job_id)
+    click.echo(f"cancelled job {run.job_id}")
+
+
+@cli.command(epilog="\b\nExamples:\n  clustertrain logs last --follow\n"
+                    "  clustertrain logs 42 --rank 3\n  clustertrain logs 42 --errors")
+@click.argument("job", default="last")
+@click.option("-f", "--follow", is_flag=True,
+              help="Stream new lines until the job ends; exit 0 only if it COMPLETED.")
+@click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
+@click.option("--node", help="Only this node.")
+@click.option("--errors", is_flag=True, help="Only stderr.")
+@_runs_dir_option
+def logs(job: str, follow: bool, rank: int | None, node: str | None, errors: bool,
+         runs_dir: str | None) -> None:
+    """Every rank's output, each line prefixed with its node and rank."""
+    from clustertrain import logs as joblogs
+    from clustertrain import runs
+    from clustertrain.slurm import Slurm
+
+    run = runs.find_run(runs.runs_root(runs_dir), job)
+    filters = joblogs.Filter(rank=rank, node=node, errors=errors)
+    if not follow:
+        for line in joblogs.read_all(run, filters):
+            click.echo(line)
+        return
+    slurm = Slurm()
+    state = joblogs.follow(run, filters, lambda: slurm.state(run.job_id), sys.stdout)
+    click.echo(f"clustertrain: job {run.job_id} ended {state.state}", err=True)
+    if state.state != "COMPLETED":
+        raise SystemExit(1)
+
+
+@cli.group()
+def cluster() -> None:
+    """A real multi-node Slurm cluster on this one machine (root, Debian or Ubuntu)."""
+
+
+@cluster.command(epilog="\b\nExample:\n  clustertrain cluster up --nodes 4 --gpus-per-node 2")
+@click.option("--nodes", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option("--cpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(0, 16), default=2, show_default=True)
+def up(nodes: int, cpus_per_node: int, gpus_per_node: int) -> None:
+    """Install Slurm if needed and start a controller and one slurmd per node."""
+    from clustertrain import cluster as local
+
+    conf = local.up(local.Layout(nodes=nodes, cpus_per_node=cpus_per_node,
+                                 gpus_per_node=gpus_per_node))
+    click.echo(f"export SLURM_CONF={conf}")
+
+
+@cluster.command(epilog="\b\nExample:\n  clustertrain cluster down")
+def down() -> None:
+    """Stop what `cluster up` started and remove what it added to system files."""
+    from clustertrain import cluster as local
+
+    local.down(local.default_state_dir())
+
+
+@cluster.command(name="status", epilog="\b\nExample:\n  clustertrain cluster status")
+def cluster_status() -> None:
+    """Say what of the local cluster is running."""
+    from clustertrain import cluster as local
+
+    click.echo(local.status(local.default_state_dir()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = cli.main(args=argv, prog_name="clustertrain", standalone_mode=False)
+    except UserError as exc:
+        _fail(str(exc), 2)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except (click.Abort, KeyboardInterrupt):
+        _fail("interrupted", 130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, status: int) -> None:
+    print(f"clustertrain: error: {'; '.join(message.splitlines())}", file=sys.stderr)
+    sys.exit(status)
+

@@ -1,0 +1,136 @@
+"""Every rank's output, read from the run folder and prefixed with its node and rank.
+
+Layout written by the batch script: ``logs/slurm-<id>.{out,err}`` for the batch shell and
+``logs/attempt-<K>/<node>.{out,err}`` for each node's launcher, whose lines torchrun and
+accelerate prefix with ``[rank<N>]: ``. Only regular files inside the run's own ``logs`` folder
+are read; symlinks are skipped, so a crafted run folder cannot point ``logs`` elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from clustertrain.runs import Run
+from clustertrain.slurm import JobState
+
+_RANK_PREFIX = re.compile(r"\[rank(\d+)\]: ?")
+_ATTEMPT = re.compile(r"attempt-(\d+)")
+_NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
+# Files are cheap to poll; the scheduler is not (Slurm's docs warn against squeue loops).
+FILE_POLL_S = 0.25
+STATE_POLL_S = 3.0
+
+
+@dataclass(frozen=True)
+class LogFile:
+    path: Path
+    attempt: int
+    node: str
+    stream: str
+
+    @property
+    def key(self) -> tuple[int, int, str, str]:
+        return (self.attempt, self.node != "batch", self.node, self.stream)
+
+
+@dataclass(frozen=True)
+class Filter:
+    rank: int | None = None
+    node: str | None = None
+    errors: bool = False
+
+    def wants_file(self, log: LogFile) -> bool:
+        return (not self.errors or log.stream == "err") and (
+            self.node is None or log.node == self.node)
+
+    def wants_rank(self, rank: int | None) -> bool:
+        return self.rank is None or rank == self.rank
+
+
+def log_files(run: Run) -> list[LogFile]:
+    """The job's log files, attempt by attempt: the batch shell first, then each node."""
+    found: list[LogFile] = []
+    logs = run.logs_dir
+    if logs.is_symlink() or not logs.is_dir():
+        return found
+    for stream in ("out", "err"):
+        batch = logs / f"slurm-{run.job_id}.{stream}"
+        if batch.is_file() and not batch.is_symlink():
+            found.append(LogFile(batch, 0, "batch", stream))
+    for folder in logs.iterdir():
+        attempt = _ATTEMPT.fullmatch(folder.name)
+        if not attempt or folder.is_symlink() or not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            name = _NODE_FILE.fullmatch(path.name)
+            if name and path.is_file() and not path.is_symlink():
+                found.append(LogFile(path, int(attempt[1]), name[1], name[2]))
+    return sorted(found, key=lambda log: log.key)
+
+
+def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
+    """``node1 rank3 | text``, or None when the filters leave the line out."""
+    match = _RANK_PREFIX.match(line)
+    rank = int(match[1]) if match else None
+    if not filters.wants_rank(rank):
+        return None
+    who = f"{log.node} rank{rank}" if rank is not None else f"{log.node} {'-' * 5}"
+    stream = " !" if log.stream == "err" else " |"
+    return f"{who}{stream} {line[match.end():] if match else line}"
+
+
+def read_all(run: Run, filters: Filter) -> Iterator[str]:
+    for log in log_files(run):
+        if not filters.wants_file(log):
+            continue
+        text = log.path.read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines():
+            formatted = format_line(log, line, filters)
+            if formatted is not None:
+                yield formatted
+
+
+def follow(run: Run, filters: Filter, job_state: Callable[[], JobState], out: TextIO,
+           clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> JobState:
+    """Print new lines from every log as they are written, until the job ends; return its state.
+
+    Only complete lines are printed; a final pass after the job ends catches the last ones.
+    """
+    offsets: dict[Path, int] = {}
+    pending: dict[Path, bytes] = {}
+
+    def drain(final: bool) -> None:
+        for log in log_files(run):
+            if not filters.wants_file(log):
+                continue
+            with log.path.open("rb") as handle:
+                handle.seek(offsets.get(log.path, 0))
+                chunk = pending.pop(log.path, b"") + handle.read()
+                offsets[log.path] = handle.tell()
+            lines = chunk.split(b"\n")
+            rest = lines.pop()
+            if rest and final:
+                lines.append(rest)
+            elif rest:
+                pending[log.path] = rest
+            for raw in lines:
+                formatted = format_line(log, raw.decode("utf-8", "replace"), filters)
+                if formatted is not None:
+                    print(formatted, file=out, flush=True)
+
+    next_state = clock()
+    while True:
+        drain(final=False)
+        if clock() >= next_state:
+            state = job_state()
+            if state.finished:
+                drain(final=True)
+                return state
+            next_state = clock() + STATE_POLL_S
+        sleep(FILE_POLL_S)

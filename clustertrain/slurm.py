@@ -1,0 +1,164 @@
+"""The one module that talks to Slurm: sbatch (through submitit), scontrol, squeue, sacct, scancel.
+
+Commands go through a small runner that tests replace; parsing their output is pure functions
+beside the calls. Without slurmdbd, ``sacct`` is unavailable, so a job's state comes from
+``scontrol`` while Slurm remembers the job (``MinJobAge``), then from ``sacct`` where
+accounting exists, then from the job-completion log (``sacct --completion``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from clustertrain.errors import UserError
+from clustertrain.render import RenderedJob
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
+    "BOOT_FAIL", "DEADLINE", "REVOKED",
+})
+_KEY_VALUE = re.compile(r"(\w+)=(\S*)")
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    state: str
+    nodes: str = ""
+    elapsed: str = ""
+    restarts: int = 0
+    exit_code: str = ""
+    reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def slurm_environ() -> dict[str, str]:
+    """The environment for Slurm commands: the user's, pointed at the local cluster if needed.
+
+    With neither ``SLURM_CONF`` nor ``/etc/slurm/slurm.conf``, Slurm's commands fall back to a DNS
+    lookup for the controller and fail slowly; the local cluster's config is the better guess.
+    """
+    environ = dict(os.environ)
+    if "SLURM_CONF" not in environ and not Path("/etc/slurm/slurm.conf").exists():
+        from clustertrain.cluster import local_slurm_conf
+
+        conf = local_slurm_conf()
+        if conf is not None:
+            environ["SLURM_CONF"] = str(conf)
+    return environ
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, env=slurm_environ(),
+                              timeout=60, check=False)
+    except FileNotFoundError as exc:
+        raise UserError(f"{argv[0]}: not found; run clustertrain where Slurm's commands are "
+                        "installed (a login node), or start a local cluster with "
+                        "`clustertrain cluster up`") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise UserError(f"{argv[0]}: no answer from Slurm within 60 s; check "
+                        "`scontrol ping`") from exc
+
+
+def _first_error_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["(no message)"])[-1]
+
+
+class Slurm:
+    """Slurm's commands, run through ``runner`` (``subprocess.run`` by default)."""
+
+    def __init__(self, runner: Runner | None = None) -> None:
+        self._runner = runner or _run
+
+    def _call(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return self._runner(argv)
+
+    def submit(self, job: RenderedJob) -> str:
+        """Queue ``job``'s batch script through submitit's Slurm executor; return the job id.
+
+        The run folder must exist already. submitit writes the script it hands to sbatch into
+        that folder (``<id>_submission.sh``); its text is exactly ``job.batch_script``.
+        """
+        os.environ.update(slurm_environ())
+        import submitit
+        from submitit.core.utils import FailedJobError
+
+        class Executor(submitit.SlurmExecutor):
+            def _make_submission_file_text(self, command: str, uid: str) -> str:
+                return job.batch_script
+
+        try:
+            executor = Executor(folder=job.run_dir)
+            # submitit's documented low-level path for a ready-made script: no pickled callable.
+            return str(executor._submit_command("").job_id)
+        except RuntimeError as exc:
+            if isinstance(exc, FailedJobError):
+                raise UserError(f"sbatch refused the job: {_first_error_line(str(exc))}") from exc
+            raise UserError(f"sbatch: {exc}; is this a Slurm login node?") from exc
+
+    def state(self, job_id: str) -> JobState:
+        shown = self._call("scontrol", "show", "job", "--oneliner", job_id)
+        if shown.returncode == 0 and shown.stdout.strip():
+            return parse_scontrol_job(job_id, shown.stdout)
+        accounted = self._call("sacct", "-j", job_id, "-X", "-n", "-P",
+                               "-o", "JobID,State,NodeList,Elapsed,ExitCode")
+        if accounted.returncode == 0 and accounted.stdout.strip():
+            return parse_sacct(job_id, accounted.stdout)
+        completed = self._call("sacct", "--completion", "-j", job_id, "-n", "-P",
+                               "-o", "JobID,State,NodeList,Elapsed")
+        if completed.returncode == 0 and completed.stdout.strip():
+            return parse_sacct(job_id, completed.stdout)
+        return JobState(job_id=job_id, state="UNKNOWN")
+
+    def cancel(self, job_id: str) -> None:
+        done = self._call("scancel", job_id)
+        if done.returncode != 0:
+            raise UserError(f"scancel {job_id}: {_first_error_line(done.stderr)}")
+
+    def batch_script(self, job_id: str) -> str:
+        """The batch script as Slurm stored it at submission."""
+        done = self._call("scontrol", "write", "batch_script", job_id, "-")
+        if done.returncode != 0:
+            raise UserError(f"scontrol write batch_script {job_id}: "
+                            f"{_first_error_line(done.stderr)}")
+        return done.stdout
+
+
+def parse_scontrol_job(job_id: str, text: str) -> JobState:
+    """Parse one ``scontrol show job --oneliner`` record (``Key=Value`` words)."""
+    fields = dict(_KEY_VALUE.findall(text))
+    restarts = fields.get("Restarts", "0")
+    return JobState(
+        job_id=job_id,
+        state=fields.get("JobState", "UNKNOWN"),
+        nodes=fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
+        elapsed=fields.get("RunTime", ""),
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        exit_code=fields.get("ExitCode", ""),
+        reason=fields.get("Reason", "") if fields.get("Reason") != "None" else "",
+    )
+
+
+def parse_sacct(job_id: str, text: str) -> JobState:
+    """Parse ``sacct -P`` lines (JobID|State|NodeList|Elapsed[|ExitCode]); the last one wins.
+
+    sacct writes "CANCELLED by 0": the state is the first word.
+    """
+    rows = [line.split("|") for line in text.splitlines() if line.strip()]
+    rows = [row for row in rows if row[0] == job_id] or rows
+    row = rows[-1] + [""] * 5
+    return JobState(job_id=job_id, state=row[1].split(" ")[0] or "UNKNOWN", nodes=row[2],
+                    elapsed=row[3], exit_code=row[4])
