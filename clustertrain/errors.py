@@ -10,4 +10,7 @@ class FieldError(UserError):
 
     def __init__(self, field: str, value: object, valid: str) -> None:
         self.field, self.value, self.valid = field, value, valid
-        super().__init__(f"{field}: invalid value {value!r}; {valid}")
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:60] + f"... ({len(shown)} characters)"
+        super().__init__(f"{field}: invalid value {shown}; {valid}")

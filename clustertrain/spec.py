@@ -103,9 +103,10 @@ def build_spec(job_file: Mapping[str, Any] | None = None, **overrides: Any) -> J
         if not isinstance(job_file, Mapping):
             raise FieldError("job file", type(job_file).__name__,
                              "a job file must be a YAML mapping of field: value")
-        unknown = sorted(str(k) for k in job_file if k not in FIELDS)
+        unknown = [key for key in job_file if key not in FIELDS]
         if unknown:
-            raise FieldError(unknown[0], job_file[unknown[0]],
+            key = min(unknown, key=str)
+            raise FieldError(str(key), job_file[key],
                              "unknown field; valid fields: " + ", ".join(FIELDS))
         values.update(job_file)
     values.update({k: v for k, v in overrides.items() if v is not None})

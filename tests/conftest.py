@@ -1,0 +1,28 @@
+"""Shared helpers: run the CLI the way users do, as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m clustertrain ARGS`` with the project's interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", "clustertrain", *args],
+        cwd=cwd or ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose runs root is a fresh temporary folder."""
+    return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}

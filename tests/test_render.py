@@ -1,0 +1,108 @@
+"""Rendered scripts: golden files, bash -n, shellcheck, and the launcher command lines.
+
+Regenerate the golden files after an intended change of the templates with:
+    CLUSTERTRAIN_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py
+and review the diff (`git diff tests/golden`) before committing it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clustertrain.render import Expand, RenderedJob, render
+from clustertrain.spec import build_spec
+
+GOLDEN = Path(__file__).parent / "golden"
+RUN_DIR, WORKDIR = "/shared/runs/mnist-golden", "/shared/project"
+
+CASES = {
+    "1x1": {"nodes": 1},
+    "1x8": {"nodes": 1, "gpus_per_node": 8},
+    "4x8": {"nodes": 4, "gpus_per_node": 8, "partition": "gpu", "account": "proj-1",
+            "mem": "0", "exclusive": True, "sbatch_options": ["--reservation=maint"],
+            "env": {"NCCL_DEBUG": "INFO"}, "args": ["--epochs", "3"]},
+    "4x8-gres": {"nodes": 4, "gpus_per_node": 8, "gpus_as_gres": True},
+    "accelerate-2x4": {"nodes": 2, "gpus_per_node": 4, "launcher": "accelerate",
+                       "args": ["--strategy", "accelerate"], "venv": "/opt/venvs/train"},
+}
+
+
+def _render(case: str) -> RenderedJob:
+    return render(build_spec(**CASES[case]), RUN_DIR, WORKDIR)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matches_golden_file(case: str) -> None:
+    text = _render(case).dry_run_text()
+    golden = GOLDEN / f"{case}.txt"
+    if os.environ.get("CLUSTERTRAIN_UPDATE_GOLDEN"):
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8"), f"regenerate: see {__file__}'s docstring"
+
+
+def test_every_golden_file_has_a_case() -> None:
+    assert sorted(p.stem for p in GOLDEN.glob("*.txt")) == sorted(CASES)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
+    job = _render(case)
+    for name, text in (("job.sbatch", job.batch_script), ("launch.sh", job.launch_script)):
+        path = tmp_path / name
+        path.write_text(text)
+        subprocess.run(["bash", "-n", str(path)], check=True)
+        if shutil.which("shellcheck") is None:
+            pytest.fail("shellcheck is not installed (apt-get install shellcheck)")
+        checked = subprocess.run(["shellcheck", "--shell=bash", str(path)],
+                                 capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout
+
+
+def test_directives_are_sorted_and_quoted() -> None:
+    job = render(build_spec(nodes=2, name="my job", constraint="a100&ib"), RUN_DIR, WORKDIR)
+    names = [d.split("=")[0] for d in job.directives if d.startswith("--")]
+    assert names == sorted(names)
+    assert "--job-name='my job'" in job.directives
+    assert "--constraint='a100&ib'" in job.directives
+
+
+def test_torchrun_line_has_the_c10d_rendezvous_on_the_head_node() -> None:
+    argv = _render("4x8").launch_argv
+    assert argv[:4] == ("torchrun", "--nnodes=4", "--nproc-per-node=8", "--rdzv-backend=c10d")
+    assert "--rdzv-endpoint=$HEAD_NODE:$RDZV_PORT" in argv
+    assert "--rdzv-id=$SLURM_JOB_ID" in argv
+    assert argv[-3:] == ("jobs/mnist/train.py", "--epochs", "3")
+
+
+def test_accelerate_takes_the_machine_rank_on_each_node_at_run_time() -> None:
+    job = render(build_spec(nodes=4, gpus_per_node=8, launcher="accelerate"), RUN_DIR, WORKDIR)
+    argv = job.launch_argv
+    assert argv[argv.index("--machine_rank") + 1] == "$SLURM_NODEID"
+    assert argv[argv.index("--num_processes") + 1] == "32"
+    assert argv[argv.index("--num_machines") + 1] == "4"
+    assert '--machine_rank "$SLURM_NODEID"' in job.launch_script
+    assert "$SLURM_NODEID" not in job.batch_script
+
+
+def test_srun_starts_one_launcher_per_node_and_kills_on_bad_exit() -> None:
+    script = _render("4x8").batch_script
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert "--kill-on-bad-exit=1" in srun and "--ntasks-per-node=1" in srun
+    assert srun.endswith(f"bash {RUN_DIR}/launch.sh")
+
+
+def test_expand_refuses_anything_but_variable_references() -> None:
+    for unsafe in ("$(id)", "`id`", 'a"b', "a\\b", "$((1+1))", "x\ny"):
+        with pytest.raises(ValueError):
+            Expand(unsafe)
+
+
+def test_render_refuses_relative_or_pattern_paths() -> None:
+    for bad in ("runs/x", "/runs/%j", "/runs/a\nb"):
+        with pytest.raises(ValueError):
+            render(build_spec(), bad, WORKDIR)
