@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
@@ -37,12 +40,29 @@ DEFAULT_RENDEZVOUS_TIMEOUT_S = 30.0
 # a checkpoint), so they get far longer than the rendezvous, but not torch's default 30 min.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
 
-_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                  "MASTER_ADDR", "MASTER_PORT")
-_SLURM_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
-               "SLURM_NODEID", "SLURM_JOB_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE",
-               "SLURM_TASKS_PER_NODE", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "MASTER_ADDR",
-               "MASTER_PORT")
+_TORCHRUN_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+_SLURM_VARS = (
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_NODEID",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 class RendezvousError(UserError):
@@ -214,24 +234,18 @@ def init_process_group(
     import torch.distributed as dist
 
     device = device or pick_device(env)
-    rendezvous = timedelta(seconds=env.rendezvous_timeout_s)
     try:
-        if env.world_size == 1 and env.source == "single":
-            store: dist.Store = dist.HashStore()
-        else:
-            url = "env://" if env.source == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
-            store, _, _ = next(
-                dist.rendezvous(url, rank=env.rank, world_size=env.world_size, timeout=rendezvous)
+        with _native_stderr_silenced():
+            store = _rendezvous_store(env)
+            store.set_timeout(timedelta(seconds=collective_timeout_s))
+            dist.init_process_group(
+                backend_for(device),
+                store=store,
+                rank=env.rank,
+                world_size=env.world_size,
+                timeout=timedelta(seconds=collective_timeout_s),
+                device_id=device if device.type == "cuda" else None,
             )
-        store.set_timeout(timedelta(seconds=collective_timeout_s))
-        dist.init_process_group(
-            backend_for(device),
-            store=store,
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=timedelta(seconds=collective_timeout_s),
-            device_id=device if device.type == "cuda" else None,
-        )
     except (RuntimeError, OSError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RendezvousError(
@@ -239,6 +253,38 @@ def init_process_group(
             f"{env.rendezvous_timeout_s:g} s as {env.describe()}: {reason[:200]}; check that all "
             f"{env.world_size} processes started and that the head node is reachable"
         ) from exc
+
+
+def _rendezvous_store(env: DistEnv) -> torch.distributed.Store:
+    import torch.distributed as dist
+
+    if env.world_size == 1 and env.source == "single":
+        return dist.HashStore()
+    # env:// reuses torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE); tcp:// makes rank 0
+    # serve the store and wait for all ranks to connect, each within the timeout.
+    url = "env://" if env.source == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
+    timeout = timedelta(seconds=env.rendezvous_timeout_s)
+    store, _, _ = next(dist.rendezvous(url, env.rank, env.world_size, timeout=timeout))
+    return store
+
+
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Hide what c10d's C++ side writes to fd 2 while it connects.
+
+    Each failed connect attempt logs a native stack trace there (TORCH_CPP_LOG_LEVEL is read
+    once, when torch loads); the exception that follows says the same in one line.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def destroy_process_group() -> None:

