@@ -9,13 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob
@@ -38,7 +35,7 @@ def new_run_dir(root: Path, name: str, now: datetime | None = None) -> Path:
     """A fresh, unique folder name for a submission of job ``name``."""
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%d-%H%M%S")
     slug = _SLUG.sub("-", name).strip("-.")[:40] or "job"
-    return root / f"{slug}-{stamp}-{secrets.token_hex(3)}"
+    return root / f"{slug}-{stamp}-{os.urandom(3).hex()}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +77,8 @@ class Run:
 
 def write_run_files(job: RenderedJob) -> Path:
     """Create the run folder with what is about to be submitted. Fails if it exists."""
+    import yaml
+
     path = Path(job.run_dir)
     try:
         path.mkdir(parents=True, exist_ok=False)

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from clustertrain.errors import FieldError
 
 Launcher = Literal["torchrun", "accelerate"]
@@ -118,6 +116,8 @@ _MAX_JOB_FILE_BYTES = 1 << 20
 
 def load_job_file(path: str) -> Any:
     """Read a YAML job file (safe loader: tags that construct objects are refused)."""
+    import yaml
+
     try:
         with Path(path).open("rb") as handle:
             data = handle.read(_MAX_JOB_FILE_BYTES + 1)
