@@ -8,6 +8,8 @@ accounting exists, then from the job-completion log (``sacct --completion``).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -103,10 +105,12 @@ class Slurm:
         try:
             executor = Executor(folder=job.run_dir)
             # submitit's documented low-level path for a ready-made script: no pickled callable.
-            return str(executor._submit_command("").job_id)
+            # It echoes sbatch's stderr on failure; the error below says it in one line instead.
+            with contextlib.redirect_stderr(io.StringIO()):
+                return str(executor._submit_command("").job_id)
         except RuntimeError as exc:
             if isinstance(exc, FailedJobError):
-                raise UserError(f"sbatch refused the job: {_first_error_line(str(exc))}") from exc
+                raise UserError(f"sbatch failed: {_first_error_line(str(exc))}") from exc
             raise UserError(f"sbatch: {exc}; is this a Slurm login node?") from exc
 
     def state(self, job_id: str) -> JobState:

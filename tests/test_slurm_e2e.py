@@ -1,0 +1,158 @@
+"""End to end on the real local Slurm cluster (`clustertrain cluster up`): submit, follow, status,
+cancel, through the CLI as users run it. Jobs train MNIST on a small subset, so each takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slurm
+QUICK = ["--recipe", "fast", "--epochs", "1", "--limit-train", "2000"]
+JOB_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def cluster() -> None:
+    done = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True,
+                          env=_slurm_env(), check=False) if _has_sinfo() else None
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        message = "no local Slurm cluster: run `clustertrain cluster up` (as root) first"
+        if os.environ.get("CLUSTERTRAIN_REQUIRE_SLURM"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _has_sinfo() -> bool:
+    return any(Path(d, "sinfo").exists() for d in os.environ.get("PATH", "").split(":"))
+
+
+def _slurm_env() -> dict[str, str]:
+    from clustertrain.slurm import slurm_environ
+
+    return slurm_environ()
+
+
+@pytest.fixture
+def env(tmp_path: Path, mnist_data_dir: Path) -> dict[str, str]:
+    return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
+            "CLUSTERTRAIN_DATA_DIR": str(mnist_data_dir)}
+
+
+def submit(env: dict[str, str], *args: str) -> tuple[str, Path]:
+    done = run_cli("submit", *args, env=env)
+    assert done.returncode == 0, done.stderr
+    job_id = re.search(r"submitted job (\d+)", done.stdout)
+    run_dir = re.search(r"run folder: (.+)", done.stdout)
+    assert job_id and run_dir, done.stdout
+    return job_id[1], Path(run_dir[1])
+
+
+def follow(env: dict[str, str], job: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("logs", job, "--follow", *args, env=env, timeout=JOB_TIMEOUT_S)
+
+
+def metrics(run_dir: Path) -> list[dict[str, object]]:
+    lines = (run_dir / "out" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None,
+                                                       env: dict[str, str]) -> None:
+    args = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "2", "--",
+            "--strategy", "ddp", *QUICK]
+    dry = run_cli("submit", *args, "--dry-run", env=env)
+    job_id, run_dir = submit(env, *args)
+    followed = follow(env, job_id)
+    assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
+    done = metrics(run_dir)[-1]
+    assert done["event"] == "done" and done["world_size"] == 4
+    assert float(done["test_acc"]) > 0.85  # type: ignore[arg-type]
+
+    received = subprocess.run(["scontrol", "write", "batch_script", job_id, "-"],
+                              capture_output=True, text=True, env=_slurm_env(), check=True)
+    dry_batch = dry.stdout.split("#### ")[1].split("\n", 1)[1]
+    dry_run_dir = re.search(r"CLUSTERTRAIN_RUN_DIR=(\S+)", dry_batch)
+    assert dry_run_dir is not None
+    assert received.stdout == dry_batch.replace(dry_run_dir[1], str(run_dir))
+    assert (run_dir / "launch.sh").read_text() == dry.stdout.split("(run by srun on every "
+                                                                   "node)\n")[1].replace(
+        dry_run_dir[1], str(run_dir))
+
+    status = run_cli("status", job_id, env=env)
+    assert "COMPLETED" in status.stdout and "final test accuracy" in status.stdout
+    assert job_id in run_cli("list", env=env).stdout
+
+
+def test_accelerate_2x2_is_one_real_4_process_run(cluster: None, env: dict[str, str]) -> None:
+    job_id, run_dir = submit(env, "jobs/mnist-accelerate.yaml", "--nodes", "2",
+                             "--gpus-per-node", "2", "--", "--strategy", "accelerate", *QUICK)
+    followed = follow(env, job_id)
+    assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
+    done = metrics(run_dir)[-1]
+    assert done["world_size"] == 4 and done["strategy"] == "accelerate"
+
+
+def test_4_nodes_follow_shows_every_rank(cluster: None, env: dict[str, str]) -> None:
+    job_id, _ = submit(env, "jobs/mnist.yaml", "--nodes", "4", "--gpus-per-node", "0", "--",
+                       "--strategy", "ddp", *QUICK)
+    followed = follow(env, job_id)
+    assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
+    ranks = set(re.findall(r"^node\d+ rank(\d+) ", followed.stdout, re.MULTILINE))
+    assert ranks == {"0", "1", "2", "3"}, followed.stdout[-2000:]
+    nodes = set(re.findall(r"^(node\d+) rank", followed.stdout, re.MULTILINE))
+    assert len(nodes) == 4
+    only_rank_2 = run_cli("logs", job_id, "--rank", "2", env=env).stdout.splitlines()
+    assert only_rank_2 and all(" rank2 " in line for line in only_rank_2)
+
+
+def test_two_jobs_at_once_on_the_same_nodes_both_complete(cluster: None,
+                                                          env: dict[str, str]) -> None:
+    jobs = [submit(env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1",
+                   "--cpus-per-task", "1", "--", "--strategy", "ddp", *QUICK)
+            for _ in range(2)]
+    for job_id, run_dir in jobs:
+        followed = follow(env, job_id)
+        assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
+        assert metrics(run_dir)[-1]["world_size"] == 2
+
+
+def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
+    job_id, _ = submit(env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--",
+                       "--strategy", "ddp", "--recipe", "fast", "--epochs", "50")
+    deadline = time.monotonic() + 60
+    while "RUNNING" not in run_cli("status", job_id, env=env).stdout:
+        assert time.monotonic() < deadline, "job never started"
+        time.sleep(1)
+    cancelled = run_cli("cancel", job_id, env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    followed = follow(env, job_id)
+    assert followed.returncode != 0 and "CANCELLED" in followed.stderr
+    assert "CANCELLED" in run_cli("status", job_id, env=env).stdout
+
+
+def test_a_failing_job_reports_failed_and_the_rank_error(cluster: None,
+                                                         env: dict[str, str]) -> None:
+    job_id, _ = submit(env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--",
+                       "--strategy", "no-such-strategy")
+    followed = follow(env, job_id)
+    assert followed.returncode != 0 and "FAILED" in followed.stderr
+    assert "FAILED" in run_cli("status", job_id, env=env).stdout
+    errors = run_cli("logs", job_id, "--errors", env=env).stdout
+    assert re.search(r"rank\d+ ! .*no-such-strategy", errors), errors[-2000:]
+
+
+def test_submit_without_a_reachable_slurm_is_one_line(tmp_path: Path) -> None:
+    done = run_cli("submit", "--nodes", "1", env={
+        "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"), "PATH": "/usr/bin:/bin",
+        "SLURM_CONF": str(tmp_path / "missing.conf")}, cwd=ROOT)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
