@@ -133,6 +133,8 @@ def load_job_file(path: str) -> Any:
         return yaml.safe_load(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise FieldError("job file", path, "must be UTF-8 text") from None
+    except RecursionError:
+        raise FieldError("job file", path, "is nested too deeply to be a job file") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
