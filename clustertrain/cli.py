@@ -87,9 +87,11 @@ def cli() -> None:
 @click.option("--venv", help="Virtual environment the nodes use (default: the current one).")
 @_runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print what would be submitted; touch nothing.")
+@click.option("--no-preflight", is_flag=True,
+              help="Queue even a request the partition's limits say can never run.")
 @click.pass_context
 def submit(ctx: click.Context, job_file: str | None, runs_dir: str | None, dry_run: bool,
-           **flags: Any) -> None:
+           no_preflight: bool, **flags: Any) -> None:
     """Render a multi-node job and queue it; args after -- go to the training script."""
     from clustertrain import runs
     from clustertrain.render import render
@@ -109,7 +111,7 @@ def submit(ctx: click.Context, job_file: str | None, runs_dir: str | None, dry_r
         return
     from clustertrain.submission import submit_job
 
-    run = submit_job(job)
+    run = submit_job(job, check=not no_preflight)
     click.echo(f"submitted job {run.job_id}: {spec.nodes} node(s) x {spec.nproc_per_node} "
                f"process(es), {spec.launcher}")
     click.echo(f"run folder: {run.path}")
@@ -189,6 +191,24 @@ def logs(job: str, follow: bool, rank: int | None, node: str | None, errors: boo
     state = joblogs.follow(run, filters, lambda: slurm.state(run.job_id), sys.stdout)
     click.echo(f"clustertrain: job {run.job_id} ended {state.state}", err=True)
     if state.state != "COMPLETED":
+        raise SystemExit(1)
+
+
+@cli.command(epilog="\b\nExample:\n  clustertrain doctor")
+@_runs_dir_option
+def doctor(runs_dir: str | None) -> None:
+    """What the cluster offers, and whether this host has what jobs need (exit 1 if not)."""
+    from clustertrain import doctor as checks
+    from clustertrain import runs
+    from clustertrain.slurm import Slurm
+
+    lines, problems = checks.report(Slurm(), runs.runs_root(runs_dir))
+    for line in lines:
+        click.echo(line)
+    click.echo("submission host: " + ("ready" if not problems else f"{len(problems)} problem(s)"))
+    for problem in problems:
+        click.echo(f"  - {problem}")
+    if problems:
         raise SystemExit(1)
 
 

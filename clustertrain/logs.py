@@ -79,7 +79,10 @@ def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
     rank = int(match[1]) if match else None
     if not filters.wants_rank(rank):
         return None
-    who = f"{log.node} rank{rank}" if rank is not None else f"{log.node} {'-' * 5}"
+    if rank is not None:
+        who = f"{log.node} rank{rank}"
+    else:
+        who = log.node if log.node == "batch" else f"{log.node} launcher"
     stream = " !" if log.stream == "err" else " |"
     return f"{who}{stream} {line[match.end():] if match else line}"
 

@@ -161,8 +161,6 @@ def srun_argv(spec: JobSpec, run_dir: str) -> tuple[str, ...]:
         f"--nodes={spec.nodes}",
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",
-        Expand("--output=$LOG_DIR/%N.out"),
-        Expand("--error=$LOG_DIR/%N.err"),
         "bash",
         str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
     )

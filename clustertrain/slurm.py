@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustertrain.errors import UserError
+from clustertrain.preflight import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.render import RenderedJob
+from clustertrain.spec import time_seconds
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -132,6 +134,23 @@ class Slurm:
         if done.returncode != 0:
             raise UserError(f"scancel {job_id}: {_first_error_line(done.stderr)}")
 
+    def cluster_info(self) -> ClusterInfo:
+        """Partitions and nodes as ``scontrol`` and ``sinfo`` report them."""
+        parts = self._call("scontrol", "show", "partition", "--oneliner")
+        nodes = self._call("sinfo", "--Node", "--noheader", "--format", "%N|%P|%c|%m|%G|%t")
+        version = self._call("sinfo", "--version")
+        for done in (parts, nodes):
+            if done.returncode != 0:
+                raise UserError(f"cannot read the cluster's partitions: "
+                                f"{_first_error_line(done.stderr)}; is Slurm reachable "
+                                "(`scontrol ping`)?")
+        return ClusterInfo(version=version.stdout.strip(),
+                           partitions=parse_partitions(parts.stdout),
+                           nodes=parse_nodes(nodes.stdout))
+
+    def accounting_works(self) -> bool:
+        return self._call("sacct", "--noheader", "-X", "--starttime", "now").returncode == 0
+
     def batch_script(self, job_id: str) -> str:
         """The batch script as Slurm stored it at submission."""
         done = self._call("scontrol", "write", "batch_script", job_id, "-")
@@ -166,3 +185,46 @@ def parse_sacct(job_id: str, text: str) -> JobState:
     row = rows[-1] + [""] * 5
     return JobState(job_id=job_id, state=row[1].split(" ")[0] or "UNKNOWN", nodes=row[2],
                     elapsed=row[3], exit_code=row[4])
+
+
+def parse_partitions(text: str) -> tuple[Partition, ...]:
+    """Parse ``scontrol show partition --oneliner``: one ``Key=Value`` line per partition."""
+    parts = []
+    for line in text.splitlines():
+        fields = dict(_KEY_VALUE.findall(line))
+        if "PartitionName" not in fields:
+            continue
+        max_nodes = fields.get("MaxNodes", "UNLIMITED")
+        max_time = fields.get("MaxTime", "UNLIMITED")
+        parts.append(Partition(
+            name=fields["PartitionName"],
+            default=fields.get("Default") == "YES",
+            max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
+            max_time_s=time_seconds(max_time) if max_time not in ("UNLIMITED", "INFINITE")
+            else None,
+            state=fields.get("State", "UNKNOWN"),
+        ))
+    return tuple(parts)
+
+
+def parse_nodes(text: str) -> tuple[Node, ...]:
+    """Parse ``sinfo --Node --format %N|%P|%c|%m|%G|%t``, one line per node and partition.
+
+    A node in several partitions appears once per partition; sinfo marks the default one '*'.
+    """
+    merged: dict[str, Node] = {}
+    for line in text.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) != 6 or not cols[2].isdigit():
+            continue
+        name, part, cpus, memory, gres, state = cols
+        prior = merged.get(name)
+        merged[name] = Node(
+            name=name,
+            partitions=(prior.partitions if prior else ()) + (part.rstrip("*"),),
+            cpus=int(cpus),
+            memory_mb=int(memory.rstrip("+")) if memory.rstrip("+").isdigit() else 0,
+            gpus=gpu_count(gres),
+            state=state,
+        )
+    return tuple(merged.values())

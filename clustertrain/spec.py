@@ -189,24 +189,36 @@ def _name(name: str, value: Any) -> str:
     return text
 
 
-def _time(name: str, value: Any) -> str:
-    """Validate a Slurm time limit and normalise it to [D-]HH:MM:SS."""
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = _TIME.fullmatch(text) if isinstance(text, str) else None
-    valid = "use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 01:30:00)"
+def time_seconds(text: str) -> int | None:
+    """Seconds in a Slurm time limit string, or None if it is not one Slurm accepts."""
+    match = _TIME.fullmatch(text)
     if not match:
-        raise FieldError(name, value, valid)
+        return None
     g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
     days, hours = g.get("d", 0), g.get("h", g.get("dh", 0))
     minutes = g.get("m", g.get("dm", g.get("mm", g.get("min", 0))))
     seconds = g.get("s", g.get("ds", g.get("ss", 0)))
     bounded_minutes = "min" not in g and ("h" in g or "dm" in g)
     if seconds > 59 or (bounded_minutes and minutes > 59) or ("dh" in g and hours > 23):
+        return None
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _time(name: str, value: Any) -> str:
+    """Validate a Slurm time limit and normalise it to [D-]HH:MM:SS."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    total = time_seconds(text) if isinstance(text, str) else None
+    valid = "use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 01:30:00)"
+    if total is None:
         raise FieldError(name, value, valid)
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     if not 60 <= total <= _MAX_TIME_S:
         raise FieldError(name, value, "must be between 1 minute and 365 days; " + valid)
-    days, rest = divmod(total, 86400)
+    return format_time(total)
+
+
+def format_time(seconds: int) -> str:
+    """Seconds as Slurm's [D-]HH:MM:SS."""
+    days, rest = divmod(seconds, 86400)
     clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
     return f"{days}-{clock}" if days else clock
 

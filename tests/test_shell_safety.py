@@ -62,7 +62,8 @@ def _run_job(spec_kwargs: dict[str, object], sandbox: Path, stubs: Path) -> dict
     Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
     record = sandbox / "record.json"
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_OUT": str(record), "SLURM_JOB_ID": "7",
-           "SLURM_JOB_NODELIST": "node1", "SLURM_NODEID": "0", "HOME": str(sandbox)}
+           "SLURM_JOB_NODELIST": "node1", "SLURM_NODEID": "0", "HOME": str(sandbox),
+           "SLURMD_NODENAME": "node1"}
     done = subprocess.run(["bash", job.batch_path], cwd=sandbox, env=env, capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 0, done.stderr

@@ -1,0 +1,107 @@
+"""Refuse a job the cluster could never run, before it queues (pure: cluster facts in, verdict out).
+
+Slurm itself accepts many impossible requests and leaves them PENDING forever (Reason=
+PartitionNodeLimit, or worse, Resources); a user learns hours later. The facts come from
+``sinfo`` and ``scontrol show partition`` (see ``Slurm.cluster_info``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from clustertrain.errors import UserError
+from clustertrain.spec import JobSpec, format_time, time_seconds
+
+# sinfo's short node states that cannot run a job now or soon (sinfo(1), NODE STATE CODES).
+_UNUSABLE = ("down", "drain", "drng", "fail", "futr", "inval", "maint", "npc", "reboot")
+_GPU_GRES = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
+_MEM = re.compile(r"(\d+)([KMGT]?)")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    partitions: tuple[str, ...]
+    cpus: int
+    memory_mb: int
+    gpus: int
+    state: str
+
+    @property
+    def usable(self) -> bool:
+        return not self.state.rstrip("*~#!%$@^-").startswith(_UNUSABLE)
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    default: bool
+    max_nodes: int | None
+    max_time_s: int | None
+    state: str
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    version: str
+    partitions: tuple[Partition, ...]
+    nodes: tuple[Node, ...]
+
+    def partition(self, name: str | None) -> Partition | None:
+        for part in self.partitions:
+            if part.name == name or (name is None and part.default):
+                return part
+        return None
+
+
+def check(spec: JobSpec, cluster: ClusterInfo) -> None:
+    """Raise :class:`UserError` naming the first limit ``spec`` exceeds."""
+    skip = " (or skip this check with --no-preflight)"
+    part = cluster.partition(spec.partition)
+    names = ", ".join(p.name for p in cluster.partitions) or "none"
+    if part is None:
+        what = f"{spec.partition!r} does not exist" if spec.partition else "no default partition"
+        raise UserError(f"partition: {what}; partitions here: {names}{skip}")
+    if part.state != "UP":
+        raise UserError(f"partition: {part.name} is {part.state}, not UP; try another of: "
+                        f"{names}{skip}")
+    if part.max_nodes is not None and spec.nodes > part.max_nodes:
+        raise UserError(f"nodes: {spec.nodes} exceeds partition {part.name}'s MaxNodes="
+                        f"{part.max_nodes}; ask for fewer nodes{skip}")
+    wanted_s = time_seconds(spec.time) or 0
+    if part.max_time_s is not None and wanted_s > part.max_time_s:
+        raise UserError(f"time: {spec.time} exceeds partition {part.name}'s MaxTime="
+                        f"{format_time(part.max_time_s)}; ask for less time{skip}")
+    members = [n for n in cluster.nodes if part.name in n.partitions and n.usable]
+    wanted_mb = memory_mb(spec.mem) if spec.mem else 0
+    limits = [
+        ("gpus_per_node", spec.gpus_per_node, lambda n: n.gpus, "GPUs"),
+        ("cpus_per_task", spec.cpus_per_task, lambda n: n.cpus, "CPUs"),
+        ("mem", wanted_mb, lambda n: n.memory_mb, "MB of memory"),
+    ]
+    for field, wanted, have, unit in limits:
+        most = max((have(n) for n in members), default=0)
+        if wanted > most:
+            raise UserError(f"{field}: {wanted} {unit} per node requested but the usable nodes "
+                            f"of partition {part.name} have at most {most}{skip}")
+    fitting = [n for n in members if all(have(n) >= wanted for _, wanted, have, _ in limits)]
+    if spec.nodes > len(fitting):
+        raise UserError(f"nodes: {spec.nodes} requested but partition {part.name} has only "
+                        f"{len(fitting)} usable node(s) that can each give {spec.gpus_per_node} "
+                        f"GPU(s), {spec.cpus_per_task} CPU(s) and {wanted_mb} MB{skip}")
+
+
+def memory_mb(text: str) -> int:
+    """Slurm's memory size (``--mem``; default unit MB) in MB."""
+    match = _MEM.fullmatch(text)
+    if not match:
+        raise ValueError(text)
+    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2}[match[2]]
+    return int(int(match[1]) * scale)
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in sinfo's GRES column: ``gpu:2``, ``gpu:a100:4(S:0-1)``, ``(null)``."""
+    return sum(int(count) for count in _GPU_GRES.findall(gres))
+
