@@ -10,8 +10,10 @@ exactly those. Facts this builds on: ``shared/notes/slurm-on-one-host.md``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -28,6 +30,7 @@ HOSTS_FILE = Path("/etc/hosts")
 HOSTS_BEGIN = "# BEGIN clustertrain local cluster"
 HOSTS_END = "# END clustertrain local cluster"
 UP_TIMEOUT_S = 60.0
+CLUSTER_ID_VAR = "CLUSTERTRAIN_CLUSTER_ID"
 Line = list[tuple[str, str]]
 
 
@@ -114,7 +117,7 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
         ("AccountingStorageType", "accounting_storage/none"),
         ("JobAcctGatherType", "jobacct_gather/none"),
         ("JobCompType", "jobcomp/filetxt"),
-        ("JobCompLoc", str(d / "jobcomp.log")),
+        ("JobCompLoc", str(d / "spool" / "jobcomp.log")),
         ("JobRequeue", "1"),
         ("ReturnToService", "2"),
         ("SlurmctldTimeout", "30"),
@@ -132,7 +135,7 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
          ("RealMemory", str(layout.memory_mb_per_node))]
         + ([("Gres", f"gpu:{layout.gpus_per_node}")] if layout.gpus_per_node else [])
         + [("State", "UNKNOWN")]
-        for name, port in zip(layout.node_names, layout.ports[1:])
+        for name, port in zip(layout.node_names, layout.ports[1:], strict=True)
     ]
     partitions = [[("PartitionName", "debug"), ("Nodes", ",".join(layout.node_names)),
                    ("Default", "YES"), ("MaxTime", "INFINITE"), ("State", "UP")]]
@@ -187,16 +190,31 @@ def _alive(proc: dict) -> bool:
     return fields is not None and fields[19] == proc["start_time"] and fields[0] != "Z"
 
 
-def _session_members(sessions: set[int]) -> list[int]:
-    """PIDs in the sessions our daemons lead: job steps (slurmstepd) that outlived slurmd."""
-    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-    return [pid for pid in pids if (f := _proc_stat(pid)) and f[0] != "Z" and int(f[3]) in sessions]
+def _strays(cluster_id: str) -> list[int]:
+    """Live processes left by this cluster's daemons: job steps and the tasks they run.
+
+    slurmd leaves its slurmstepd processes running by design (so that a restarted slurmd takes
+    them over); each stepd calls setsid and keeps its tasks in its session. The stepds inherit
+    slurmd's environment, which carries our cluster id; the tasks are found by session.
+    """
+    marker = f"{CLUSTER_ID_VAR}={cluster_id}".encode()
+    stat_of = {int(p.name): f for p in Path("/proc").iterdir()
+               if p.name.isdigit() and (f := _proc_stat(int(p.name))) and f[0] != "Z"}
+    sessions = set()
+    for pid, fields in stat_of.items():
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                sessions.add(int(fields[3]))
+        except OSError:
+            continue
+    return [pid for pid, fields in stat_of.items() if int(fields[3]) in sessions]
 
 
 def _spawn(name: str, argv: list[str], log: Path, env: dict[str, str]) -> dict:
     """Start a daemon in the foreground mode; its stdout and stderr go to ``log`` + .out."""
-    # A double fork through sh: the daemon is not our child (no zombie once this process
-    # exits or never waits), leads its own session, and we still learn its exact PID.
+    # A double fork through sh: the daemon outlives this Python process without being its
+    # child, sits in a session of its own (no terminal's Ctrl-C reaches it), and we still
+    # learn its exact PID.
     sh = subprocess.run(
         ["sh", "-c", '"$@" </dev/null >>"$LOG" 2>&1 & echo $!', "sh", *argv],
         env={**env, "LOG": f"{log}.out"}, capture_output=True, text=True, check=True,
@@ -204,8 +222,7 @@ def _spawn(name: str, argv: list[str], log: Path, env: dict[str, str]) -> dict:
     )
     pid = int(sh.stdout)
     fields = _proc_stat(pid)
-    return {"name": name, "pid": pid, "start_time": fields[19] if fields else "",
-            "session": int(fields[3]) if fields else pid, "log": str(log)}
+    return {"name": name, "pid": pid, "start_time": fields[19] if fields else "", "log": str(log)}
 
 
 def _stop(procs: list[dict], grace_s: float = 5.0) -> None:
@@ -213,10 +230,8 @@ def _stop(procs: list[dict], grace_s: float = 5.0) -> None:
     live = [p for p in procs if _alive(p)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in live:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(proc["pid"], sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + grace_s
         while live and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -245,6 +260,11 @@ def _record_layout(record: dict) -> Layout:
     return Layout(**{**record["layout"], "state_dir": Path(record["layout"]["state_dir"])})
 
 
+def _healthy(record: dict) -> bool:
+    procs = record["processes"]
+    return len(procs) == record["layout"]["nodes"] + 2 and all(_alive(p) for p in procs)
+
+
 def current_layout(state_dir: Path) -> Layout | None:
     """The layout of the cluster recorded in ``state_dir`` if its slurmctld runs, else None."""
     record = _read_record(state_dir)
@@ -264,7 +284,10 @@ def local_slurm_conf() -> Path | None:
 
 def _slurm(args: list[str], state_dir: Path, timeout: float = 10) -> subprocess.CompletedProcess:
     env = {**os.environ, "SLURM_CONF": str(_conf(state_dir))}
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(args, 124, "", "")
 
 
 def _which(program: str) -> str | None:
@@ -309,12 +332,13 @@ def _check_ports(layout: Layout) -> None:
                     f"{layout.ports[-1]}: free them or choose another base port") from None
 
 
-def _tail(path: str | Path, lines: int = 3) -> str:
-    try:
-        text = Path(path).read_text(errors="replace").strip().splitlines()[-lines:]
-    except OSError:
-        text = []
-    return f"{path}: " + (" | ".join(text) if text else "(empty)")
+def _tail(log: str | Path, lines: int = 3) -> str:
+    """The last lines of a daemon's log, or of its stdout and stderr when the log is empty."""
+    for path in (Path(log), Path(f"{log}.out")):
+        with contextlib.suppress(OSError):
+            if text := path.read_text(errors="replace").strip().splitlines()[-lines:]:
+                return f"{path}: " + " | ".join(text)
+    return f"{log}: (empty)"
 
 
 def _prepare(layout: Layout, controller: str) -> None:
@@ -348,9 +372,7 @@ def _wait_until_idle(layout: Layout, record: dict) -> None:
     while time.monotonic() < deadline:
         dead = [p for p in record["processes"] if not _alive(p)]
         if dead:
-            out = Path(f"{dead[0]['log']}.out")
-            log = out if out.exists() and out.stat().st_size else dead[0]["log"]
-            raise UserError(f"{dead[0]['name']} exited during start-up; {_tail(log)}")
+            raise UserError(f"{dead[0]['name']} exited during start-up; {_tail(dead[0]['log'])}")
         out = _slurm(["sinfo", "-h", "-N", "-o", "%N %T"], layout.state_dir)
         states = dict(line.split() for line in out.stdout.splitlines() if out.returncode == 0)
         if states and all(states.get(n) == "idle" for n in layout.node_names):
@@ -360,8 +382,14 @@ def _wait_until_idle(layout: Layout, record: dict) -> None:
         raise UserError(f"slurmctld did not answer within {UP_TIMEOUT_S:.0f} s; "
                         f"{_tail(layout.state_dir / 'log' / 'slurmctld.log')}")
     node = next(n for n in layout.node_names if states.get(n) != "idle")
+    log = layout.state_dir / "log" / f"slurmd-{node}.log"
     raise UserError(f"{node} is {states.get(node, 'missing')}, not idle, after "
-                    f"{UP_TIMEOUT_S:.0f} s; {_tail(layout.state_dir / 'log' / f'slurmd-{node}.log')}")
+                    f"{UP_TIMEOUT_S:.0f} s; {_tail(log)}")
+
+
+def _shape(layout: Layout) -> str:
+    return (f"{layout.nodes} nodes x {layout.cpus_per_node} CPUs, {layout.gpus_per_node} GPUs, "
+            f"{layout.memory_mb_per_node} MB")
 
 
 def up(layout: Layout) -> str:
@@ -369,24 +397,27 @@ def up(layout: Layout) -> str:
     if os.geteuid() != 0:
         raise UserError("the local cluster must be started as root: run it with sudo")
     running = current_layout(layout.state_dir)
-    if running == layout:
+    if running and running != layout:
+        raise UserError(f"a local cluster of another shape ({_shape(running)}) is up in "
+                        f"{layout.state_dir}: run `clustertrain cluster down` first")
+    old = _read_record(layout.state_dir)
+    if running and old and _healthy(old):
         return str(_conf(layout.state_dir))
-    if running:
-        raise UserError(f"a local cluster with another layout ({running.nodes} nodes) is up "
-                        f"in {layout.state_dir}: run `clustertrain cluster down` first")
-    down(layout.state_dir)  # whatever a crashed cluster left
+    down(layout.state_dir)  # whatever a crashed or half-dead cluster left
     _ensure_packages()
     _check_ports(layout)
     d = layout.state_dir
     d.mkdir(parents=True, exist_ok=True)
     _prepare(layout, socket.gethostname().split(".")[0])
-    record: dict = {"layout": {**asdict(layout), "state_dir": str(d)}, "processes": [],
-                    "hosts_block": True}
+    record: dict = {"id": secrets.token_hex(8), "layout": {**asdict(layout), "state_dir": str(d)},
+                    "processes": [], "hosts_block": True}
     # Recorded before each change, so that down can undo a start-up cut short at any point.
     _write_record(d, record)
     HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), layout.node_names))
-    env = {**os.environ, "SLURM_CONF": str(_conf(d))}
+    env = {**os.environ, "SLURM_CONF": str(_conf(d)), CLUSTER_ID_VAR: record["id"]}
     munge = d / "munge"
+    # munged -f: without it munged refuses a group-writable folder above its files
+    # ("PRNG seed dir is insecure"), e.g. a state dir in a CI workspace.
     daemons = [("munged", [_which("munged") or "munged", "-F", "-f",
                            f"--socket={_munge_socket(d)}", f"--key-file={munge / 'munge.key'}",
                            f"--pid-file={munge / 'munged.pid'}", f"--seed-file={munge / 'seed'}",
@@ -435,12 +466,12 @@ def down(state_dir: Path) -> None:
     procs = record["processes"]
     if any(p["name"] == "slurmctld" and _alive(p) for p in procs):
         _cancel_jobs(state_dir)
-    # slurmd leaves running job steps (slurmstepd) behind by design; they stay in its session.
-    sessions = {p["session"] for p in procs}
+    # munged goes last: the Slurm daemons authenticate their goodbye messages through it.
     _stop([p for p in procs if p["name"] != "munged"])
-    strays = _session_members(sessions)
-    _stop([{"pid": pid, "start_time": _start_time(pid)} for pid in strays], grace_s=2.0)
-    _stop([p for p in procs if p["name"] == "munged"])
+    started = {p["pid"] for p in procs}
+    _stop([{"pid": pid, "start_time": _start_time(pid)}
+           for pid in _strays(record["id"]) if pid not in started], grace_s=2.0)
+    _stop(procs)
     if record.get("hosts_block"):
         HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
     for path in (state_dir / "run").glob("*.pid"):
@@ -462,10 +493,8 @@ def status(state_dir: Path) -> str:
         nodes = dict(line.split() for line in out.stdout.splitlines())
     else:
         nodes = {}
-    healthy = len(alive) == layout.nodes + 2 and all(alive.values())
-    head = (f"local cluster: {'up' if healthy else 'degraded: run down, then up'}, "
-            f"{layout.nodes} nodes x {layout.cpus_per_node} CPUs, {layout.gpus_per_node} GPUs, "
-            f"{layout.memory_mb_per_node} MB; export SLURM_CONF={_conf(state_dir)}")
+    head = (f"local cluster: {'up' if _healthy(record) else 'degraded (run down, then up)'}, "
+            f"{_shape(layout)}; export SLURM_CONF={_conf(state_dir)}")
     lines = [head]
     for p in record["processes"]:
         node = p["name"].removeprefix("slurmd-") if p["name"].startswith("slurmd-") else ""

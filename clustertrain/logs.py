@@ -34,8 +34,8 @@ class LogFile:
     stream: str
 
     @property
-    def key(self) -> tuple[int, int, str, str]:
-        return (self.attempt, self.node != "batch", self.node, self.stream)
+    def key(self) -> tuple[int, bool, str, bool]:
+        return (self.attempt, self.node != "batch", self.node, self.stream != "out")
 
 
 @dataclass(frozen=True)

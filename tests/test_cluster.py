@@ -1,0 +1,123 @@
+"""The local cluster: the rendered config (pure), then the live cluster (marked slurm)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clustertrain import cluster
+from clustertrain.errors import UserError
+
+
+def conf_lines(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_node_lines_have_own_port_and_loopback_address(tmp_path: Path) -> None:
+    layout = cluster.Layout(nodes=2, cpus_per_node=8, gpus_per_node=2, base_port=7000,
+                            state_dir=tmp_path)
+    text = cluster.render_slurm_conf(layout, "host")
+    assert conf_lines(text, "NodeName=") == [
+        "NodeName=node1 NodeAddr=127.0.0.1 NodeHostname=node1 Port=7001 CPUs=8"
+        " RealMemory=4096 Gres=gpu:2 State=UNKNOWN",
+        "NodeName=node2 NodeAddr=127.0.0.1 NodeHostname=node2 Port=7002 CPUs=8"
+        " RealMemory=4096 Gres=gpu:2 State=UNKNOWN",
+    ]
+    assert conf_lines(text, "PartitionName=") == [
+        "PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP"]
+    for setting in ["SlurmctldHost=host(127.0.0.1)", "SlurmctldPort=7000",
+                    "SlurmdParameters=config_overrides", "SchedulerParameters=batch_sched_delay=0",
+                    "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobRequeue=1",
+                    f"AuthInfo=socket={tmp_path}/munge/munged.socket",
+                    f"JobCompLoc={tmp_path}/spool/jobcomp.log"]:
+        assert setting in text.splitlines()
+
+
+def test_gres_lines_name_one_device_file_per_gpu(tmp_path: Path) -> None:
+    layout = cluster.Layout(nodes=2, gpus_per_node=2, state_dir=tmp_path)
+    text = cluster.render_gres_conf(layout)
+    assert "AutoDetect=off" in text.splitlines()
+    assert conf_lines(text, "NodeName=") == [
+        f"NodeName=node{n} Name=gpu File={tmp_path}/gpu/node{n}/gpu{i}"
+        for n in (1, 2) for i in (0, 1)]
+
+
+def test_no_gpus_means_no_gres(tmp_path: Path) -> None:
+    layout = cluster.Layout(nodes=1, gpus_per_node=0, state_dir=tmp_path)
+    assert "Gres=" not in cluster.render_slurm_conf(layout, "host")
+    assert conf_lines(cluster.render_gres_conf(layout), "NodeName=") == []
+
+
+@pytest.mark.parametrize("field, value", [("nodes", 0), ("cpus_per_node", -1),
+                                          ("gpus_per_node", 1.5), ("base_port", 80)])
+def test_bad_layout_is_a_user_error(field: str, value: object) -> None:
+    with pytest.raises(UserError, match=field):
+        cluster.Layout(**{field: value})  # type: ignore[arg-type]
+
+
+def test_hosts_block_is_added_once_and_removed_exactly() -> None:
+    original = "127.0.0.1 localhost\n::1 ip6-localhost"
+    added = cluster.hosts_with_block(original, ["node1", "node2"])
+    assert cluster.hosts_with_block(added, ["node1", "node2"]) == added
+    assert "127.0.0.1 node1 node2\n" in added
+    assert cluster.hosts_without_block(added) == original + "\n"
+    assert cluster.hosts_without_block(original) == original
+
+
+def test_down_and_status_without_a_cluster(tmp_path: Path) -> None:
+    cluster.down(tmp_path)
+    cluster.down(tmp_path)
+    assert "down" in cluster.status(tmp_path)
+
+
+# --- on the live cluster (CI brings it up with `clustertrain cluster up` first) ---------------
+
+
+@pytest.fixture
+def live() -> cluster.Layout:
+    layout = cluster.current_layout(cluster.default_state_dir())
+    if layout is None:
+        pytest.skip("no local cluster is up: run `clustertrain cluster up`")
+    return layout
+
+
+def slurm(*args: str) -> str:
+    conf = cluster.local_slurm_conf()
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    return subprocess.run(args, env=env, capture_output=True, text=True, check=True,
+                          timeout=60).stdout
+
+
+@pytest.mark.slurm
+def test_every_node_is_up(live: cluster.Layout) -> None:
+    states = dict(line.split() for line in slurm("sinfo", "-h", "-N", "-o", "%N %T").splitlines())
+    assert sorted(states) == sorted(live.node_names)
+    # Other tests' jobs may hold some nodes; a node that is down or invalid is not in this list.
+    assert set(states.values()) <= {"idle", "mixed", "allocated", "completing"}
+
+
+@pytest.mark.slurm
+def test_srun_reaches_two_nodes(live: cluster.Layout) -> None:
+    out = slurm("srun", "-N2", "-l", "printenv", "SLURMD_NODENAME")
+    assert sorted(out.split()) == ["0:", "1:", "node1", "node2"]
+
+
+@pytest.mark.slurm
+def test_batch_job_gets_its_gpus(live: cluster.Layout, tmp_path: Path) -> None:
+    if live.gpus_per_node < 2:
+        pytest.skip("needs 2 GPUs per node")
+    out = tmp_path / "out.txt"
+    slurm("sbatch", "--wait", "-N1", "--gpus-per-node=2", f"--output={out}",
+          "--wrap", "echo CUDA=$CUDA_VISIBLE_DEVICES")
+    assert out.read_text().strip() == "CUDA=0,1"
+
+
+@pytest.mark.slurm
+def test_up_when_up_changes_nothing(live: cluster.Layout) -> None:
+    record = live.state_dir / "state.json"
+    before = record.read_text()
+    assert cluster.up(live) == str(cluster.local_slurm_conf())
+    assert record.read_text() == before

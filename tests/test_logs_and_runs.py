@@ -1,0 +1,95 @@
+"""Run folders and rank logs: finding jobs safely, prefixing lines, following to the end."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from clustertrain import logs, runs
+from clustertrain.errors import UserError
+from clustertrain.render import render
+from clustertrain.slurm import JobState
+from clustertrain.spec import build_spec
+
+
+def _make_run(root: Path, job_id: str, name: str = "mnist") -> runs.Run:
+    job = render(build_spec(name=name, nodes=2), str(runs.new_run_dir(root, name)), "/w")
+    runs.write_run_files(job)
+    return runs.record_submission(job, job_id)
+
+
+def test_find_by_id_last_and_folder(tmp_path: Path) -> None:
+    first = _make_run(tmp_path, "1")
+    second = _make_run(tmp_path, "2")
+    assert runs.find_run(tmp_path, "1") == first
+    assert runs.find_run(tmp_path, "last").job_id in {"1", "2"}
+    assert runs.find_run(tmp_path, second.path.name) == second
+    assert runs.find_run(tmp_path, str(second.path)) == second
+
+
+@pytest.mark.parametrize("ref", ["../../etc", "/etc", "../", "1; rm -rf /", "-1", "",
+                                 "x" * 5000])
+def test_crafted_references_do_not_escape_the_runs_root(tmp_path: Path, ref: str) -> None:
+    _make_run(tmp_path / "runs", "1")
+    with pytest.raises(UserError):
+        runs.find_run(tmp_path / "runs", ref)
+
+
+def test_a_symlinked_run_folder_is_ignored(tmp_path: Path) -> None:
+    real = _make_run(tmp_path / "elsewhere", "9")
+    (tmp_path / "runs").mkdir()
+    os.symlink(real.path, tmp_path / "runs" / real.path.name)
+    with pytest.raises(UserError):
+        runs.find_run(tmp_path / "runs", "9")
+
+
+def test_logs_are_prefixed_and_ordered_by_attempt(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "3")
+    (run.logs_dir / "slurm-3.out").write_text("batch says hi\n")
+    for attempt, node, text in ((1, "node2", "[rank1]: late\n"),
+                                (0, "node1", "[rank0]: epoch 1\nagent line\n")):
+        folder = run.logs_dir / f"attempt-{attempt}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"{node}.out").write_text(text)
+    (run.logs_dir / "attempt-0" / "node1.err").write_text("[rank0]: oops\n")
+    lines = list(logs.read_all(run, logs.Filter()))
+    assert lines == ["batch | batch says hi", "node1 rank0 | epoch 1",
+                     "node1 launcher | agent line", "node1 rank0 ! oops", "node2 rank1 | late"]
+    assert list(logs.read_all(run, logs.Filter(rank=1))) == ["node2 rank1 | late"]
+    assert list(logs.read_all(run, logs.Filter(errors=True))) == ["node1 rank0 ! oops"]
+    assert list(logs.read_all(run, logs.Filter(node="node2"))) == ["node2 rank1 | late"]
+
+
+def test_symlinked_logs_are_not_followed(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "4")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not show\n")
+    (run.logs_dir / "attempt-0").mkdir()
+    os.symlink(secret, run.logs_dir / "attempt-0" / "node1.out")
+    os.symlink(secret, run.logs_dir / "slurm-4.out")
+    assert list(logs.read_all(run, logs.Filter())) == []
+
+
+def test_follow_prints_lines_as_written_and_returns_the_final_state(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "5")
+    node_log = run.logs_dir / "attempt-0" / "node1.out"
+    node_log.parent.mkdir()
+    node_log.write_text("[rank0]: first\n[rank0]: partial")
+    states = iter(["RUNNING", "RUNNING", "COMPLETED"])
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+        with node_log.open("a") as handle:
+            handle.write(" line\n")
+
+    out = io.StringIO()
+    final = logs.follow(run, logs.Filter(), lambda: JobState("5", next(states)), out,
+                        clock=lambda: now[0], sleep=sleep)
+    assert final.state == "COMPLETED"
+    printed = out.getvalue().splitlines()
+    assert printed[:2] == ["node1 rank0 | first", "node1 rank0 | partial line"]
+    assert all(line == "node1 launcher |  line" for line in printed[2:]) and len(printed) > 3

@@ -1,0 +1,47 @@
+"""Preflight refuses what a partition could never run, naming the limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustertrain.errors import UserError
+from clustertrain.preflight import ClusterInfo, check, gpu_count, memory_mb
+from clustertrain.slurm import parse_nodes, parse_partitions
+from clustertrain.spec import build_spec
+from tests.test_slurm_parsing import PARTITIONS, SINFO
+
+CLUSTER = ClusterInfo("slurm 22.05", parse_partitions(PARTITIONS), parse_nodes(SINFO))
+
+
+@pytest.mark.parametrize(("request_", "names"), [
+    ({"nodes": 3}, "nodes: 3 requested but partition debug has only 2 usable"),
+    ({"gpus_per_node": 5}, "gpus_per_node: 5 GPUs"),
+    ({"cpus_per_task": 16}, "cpus_per_task: 16 CPUs"),  # the 16-CPU node is drained
+    ({"mem": "5G"}, "mem: 5120 MB"),
+    ({"partition": "nope"}, "partition: 'nope' does not exist; partitions here: debug, gpu"),
+    ({"partition": "gpu"}, "partition: gpu is DOWN"),
+    ({"nodes": 2, "gpus_per_node": 3}, "nodes: 2 requested but partition debug has only 1"),
+])
+def test_impossible_requests_are_refused(request_: dict[str, object], names: str) -> None:
+    with pytest.raises(UserError) as caught:
+        check(build_spec(**request_), CLUSTER)
+    assert str(caught.value).startswith(names) and "--no-preflight" in str(caught.value)
+
+
+def test_limits_of_the_partition() -> None:
+    up = ClusterInfo("x", parse_partitions(PARTITIONS.replace("State=DOWN", "State=UP")),
+                     parse_nodes(SINFO))
+    with pytest.raises(UserError, match="MaxNodes=2"):
+        check(build_spec(partition="gpu", nodes=3), up)
+    with pytest.raises(UserError, match="MaxTime=1-00:00:00"):
+        check(build_spec(partition="gpu", time="2-00"), up)
+
+
+def test_possible_requests_pass() -> None:
+    check(build_spec(nodes=2, gpus_per_node=2, cpus_per_task=8, mem="4G"), CLUSTER)
+    check(build_spec(nodes=1, gpus_per_node=4), CLUSTER)
+
+
+def test_units() -> None:
+    assert memory_mb("64G") == 65536 and memory_mb("512") == 512 and memory_mb("0") == 0
+    assert gpu_count("gpu:a100:4(S:0-1),gpu:v100:2") == 6 and gpu_count("(null)") == 0

@@ -1,0 +1,87 @@
+"""Parsing what Slurm's commands print, with a fake runner: no cluster needed."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+import pytest
+
+from clustertrain.errors import UserError
+from clustertrain.slurm import Slurm, parse_nodes, parse_partitions, parse_sacct, parse_scontrol_job
+
+SCONTROL_JOB = (
+    "JobId=42 JobName=mnist UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) "
+    "Requeue=1 Restarts=2 BatchFlag=1 ExitCode=0:0 RunTime=00:01:07 TimeLimit=00:30:00 "
+    "NodeList=node[1-2] BatchHost=node1 NumNodes=2 WorkDir=/work/main\n"
+)
+PARTITIONS = (
+    "PartitionName=debug Default=YES MaxNodes=UNLIMITED MaxTime=UNLIMITED State=UP Nodes=n[1-4]\n"
+    "PartitionName=gpu Default=NO MaxNodes=2 MaxTime=1-00:00:00 State=DOWN Nodes=g[1-2]\n"
+)
+SINFO = (
+    "n1|debug*|8|4096|gpu:2|idle\n"
+    "n2|debug*|8|4096+|gpu:a100:4(S:0-1)|mix\n"
+    "n2|gpu|8|4096+|gpu:a100:4(S:0-1)|mix\n"
+    "n3|debug*|16|8000|(null)|drain*\n"
+)
+
+
+class FakeRunner:
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers, self.calls = answers, []  # type: list[Sequence[str]]
+
+    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        code, out, err = next((v for k, v in self.answers.items() if " ".join(argv).startswith(k)),
+                              (1, "", "error: unknown"))
+        return subprocess.CompletedProcess(list(argv), code, out, err)
+
+
+def test_scontrol_job_fields() -> None:
+    state = parse_scontrol_job("42", SCONTROL_JOB)
+    assert (state.state, state.nodes, state.elapsed, state.restarts) == (
+        "RUNNING", "node[1-2]", "00:01:07", 2)
+    assert not state.finished and state.reason == ""
+
+
+def test_sacct_takes_the_first_word_of_the_state() -> None:
+    state = parse_sacct("7", "7|CANCELLED by 0|node1|00:00:09|0:15\n")
+    assert state.state == "CANCELLED" and state.finished and state.exit_code == "0:15"
+
+
+def test_state_falls_back_from_scontrol_to_sacct_to_the_completion_log() -> None:
+    runner = FakeRunner({
+        "scontrol show job": (1, "", "slurm_load_jobs error: Invalid job id specified"),
+        "sacct -j": (1, "", "Slurm accounting storage is disabled"),
+        "sacct --completion": (0, "9|COMPLETED|node[1-2]|00:00:31\n", ""),
+    })
+    state = Slurm(runner).state("9")
+    assert state.state == "COMPLETED" and state.nodes == "node[1-2]"
+    assert [c[0] for c in runner.calls] == ["scontrol", "sacct", "sacct"]
+
+
+def test_unknown_everywhere_is_unknown() -> None:
+    assert Slurm(FakeRunner({})).state("5").state == "UNKNOWN"
+
+
+def test_partitions_and_nodes() -> None:
+    debug, gpu = parse_partitions(PARTITIONS)
+    assert (debug.default, debug.max_nodes, debug.max_time_s) == (True, None, None)
+    assert (gpu.max_nodes, gpu.max_time_s, gpu.state) == (2, 86400, "DOWN")
+    nodes = {n.name: n for n in parse_nodes(SINFO)}
+    assert nodes["n2"].partitions == ("debug", "gpu") and nodes["n2"].gpus == 4
+    assert nodes["n1"].gpus == 2 and nodes["n3"].gpus == 0 and not nodes["n3"].usable
+
+
+def test_cancel_failure_is_one_line() -> None:
+    runner = FakeRunner({"scancel": (1, "", "scancel: error: Kill job error on job id 3: "
+                                              "Invalid job id specified\n")})
+    with pytest.raises(UserError, match="Invalid job id"):
+        Slurm(runner).cancel("3")
+
+
+def test_missing_slurm_commands_are_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UserError, match="scontrol: not found"):
+        Slurm().state("1")
