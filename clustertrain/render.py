@@ -20,6 +20,8 @@ from clustertrain.templates import render_template
 # clustertrain.env.rendezvous_port computes the same value in Python.
 PORT_BASE, PORT_SPAN = 29500, 20000
 BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
+# A rank that checkpointed on the warning signal creates this file to ask for a requeue.
+REQUEUE_FILE = "requeue-requested"
 
 
 class Expand(str):
@@ -85,6 +87,7 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
         "logs_dir": str(PurePosixPath(run_dir, "logs")),
         "out_dir": str(PurePosixPath(run_dir, "out")),
+        "requeue_file": str(PurePosixPath(run_dir, REQUEUE_FILE)),
         "directives": directives,
         "srun": " ".join(shell_word(w) for w in srun_argv(spec, run_dir)),
         "launch_lines": _argv_lines(launch_argv),

@@ -67,6 +67,7 @@ class JobSpec:
     sbatch_options: tuple[str, ...] = ()
     signal_lead_s: int = 120
     max_restarts: int = 0
+    max_requeues: int = 3
     rdzv_timeout_s: int = 120
     venv: str | None = None
 
@@ -319,6 +320,7 @@ _VALIDATORS: dict[str, Any] = {
     "sbatch_options": _sbatch_options,
     "signal_lead_s": _int(10, 65535),
     "max_restarts": _int(0, 100),
+    "max_requeues": _int(0, 100),
     "rdzv_timeout_s": _int(10, 3600),
     "venv": _venv,
 }

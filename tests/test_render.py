@@ -93,7 +93,7 @@ def test_srun_starts_one_launcher_per_node_and_kills_on_bad_exit() -> None:
     script = _render("4x8").batch_script
     srun = next(line for line in script.splitlines() if line.startswith("srun "))
     assert "--kill-on-bad-exit=1" in srun and "--ntasks-per-node=1" in srun
-    assert srun.endswith(f"bash {RUN_DIR}/launch.sh")
+    assert srun.endswith(f"bash {RUN_DIR}/launch.sh &")
 
 
 def test_expand_refuses_anything_but_variable_references() -> None:
