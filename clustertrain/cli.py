@@ -137,6 +137,12 @@ def status(job: str, runs_dir: str | None) -> None:
     final = run.final_metrics()
     if final is not None and isinstance(final.get("test_acc"), int | float):
         click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
+    if state.finished and state.state != "COMPLETED":
+        from clustertrain.logs import first_failure
+
+        failure = first_failure(run)
+        for line in failure.lines() if failure else []:
+            click.echo(f"  {line}")
 
 
 @cli.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")
@@ -184,6 +190,9 @@ def logs(job: str, follow: bool, rank: int | None, node: str | None, errors: boo
     run = runs.find_run(runs.runs_root(runs_dir), job)
     filters = joblogs.Filter(rank=rank, node=node, errors=errors)
     if not follow:
+        failure = joblogs.first_failure(run) if errors else None
+        for line in failure.lines() if failure else []:
+            click.echo(line)
         for line in joblogs.read_all(run, filters):
             click.echo(line)
         return

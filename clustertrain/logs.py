@@ -18,7 +18,13 @@ from typing import TextIO
 from clustertrain.runs import Run
 from clustertrain.slurm import JobState
 
-_RANK_PREFIX = re.compile(r"\[rank(\d+)\]: ?")
+# torch also prefixes a rank's uncaught exception with "[rankN]:"; strip both.
+_RANK_PREFIX = re.compile(r"(?:\[rank(\d+)\]: ?)+")
+# torchelastic's failure report (ChildFailedError), which torchrun and accelerate print.
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?time\s*: (?P<time>\S+).*?"
+    r"rank\s*: (?P<rank>\d+).*?exitcode\s*: (?P<exit>-?\d+)", re.DOTALL)
+FAILURE_TAIL_LINES = 6
 _ATTEMPT = re.compile(r"attempt-(\d+)")
 _NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
 # Files are cheap to poll; the scheduler is not (Slurm's docs warn against squeue loops).
@@ -85,6 +91,43 @@ def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
         who = log.node if log.node == "batch" else f"{log.node} launcher"
     stream = " !" if log.stream == "err" else " |"
     return f"{who}{stream} {line[match.end():] if match else line}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first rank that failed in the job's last attempt, as torchelastic reported it."""
+
+    rank: int
+    node: str
+    exit_code: int
+    tail: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        signal = f" (signal {-self.exit_code})" if self.exit_code < 0 else ""
+        head = (f"first failure: rank {self.rank} on {self.node}, exit code "
+                f"{self.exit_code}{signal}")
+        return [head, *(f"  {line}" for line in self.tail)]
+
+
+def first_failure(run: Run) -> Failure | None:
+    files = [log for log in log_files(run) if log.stream == "err" and log.node != "batch"]
+    if not files:
+        return None
+    last_attempt = max(log.attempt for log in files)
+    found: list[tuple[str, Failure]] = []
+    for log in files:
+        if log.attempt != last_attempt:
+            continue
+        text = log.path.read_text(encoding="utf-8", errors="replace")
+        cause = _ROOT_CAUSE.search(text)
+        if cause is None:
+            continue
+        rank = int(cause["rank"])
+        own = [line[m.end():] for line in text.splitlines()
+               if (m := _RANK_PREFIX.match(line)) and int(m[1]) == rank]
+        found.append((cause["time"], Failure(rank, log.node, int(cause["exit"]),
+                                             tuple(own[-FAILURE_TAIL_LINES:]))))
+    return min(found, key=lambda item: item[0])[1] if found else None
 
 
 def read_all(run: Run, filters: Filter) -> Iterator[str]:

@@ -93,3 +93,51 @@ def test_follow_prints_lines_as_written_and_returns_the_final_state(tmp_path: Pa
     printed = out.getvalue().splitlines()
     assert printed[:2] == ["node1 rank0 | first", "node1 rank0 | partial line"]
     assert all(line == "node1 launcher |  line" for line in printed[2:]) and len(printed) > 3
+
+
+TORCHRUN_FAILURE = """\
+[rank3]:[rank3]: Traceback (most recent call last):
+[rank3]:[rank3]:   File "/tmp/boom.py", line 6, in <module>
+[rank3]:[rank3]:     raise ValueError("rank three exploded")
+[rank3]:[rank3]: ValueError: rank three exploded
+[rank2]:[rank2]: RuntimeError: Connection closed by peer
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-03_07:51:18
+  host      : localhost
+  rank      : 2 (local_rank: 0)
+  exitcode  : -15 (pid: 16149)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : {time}
+  host      : localhost
+  rank      : {rank} (local_rank: 1)
+  exitcode  : {code} (pid: 16154)
+  error_file: <N/A>
+============================================================
+"""
+
+
+def test_first_failure_names_the_earliest_root_cause_and_its_traceback(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "6")
+    folder = run.logs_dir / "attempt-0"
+    folder.mkdir()
+    (folder / "node1.err").write_text(TORCHRUN_FAILURE.format(
+        time="2026-12-03_07:51:17", rank=3, code=1))
+    (folder / "node2.err").write_text(TORCHRUN_FAILURE.format(
+        time="2026-12-03_07:51:19", rank=0, code=-9))
+    failure = logs.first_failure(run)
+    assert failure is not None
+    assert (failure.rank, failure.node, failure.exit_code) == (3, "node1", 1)
+    assert failure.tail[-1] == "ValueError: rank three exploded"
+    assert failure.lines()[0] == "first failure: rank 3 on node1, exit code 1"
+
+
+def test_no_failure_report_means_no_failure(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "7")
+    (run.logs_dir / "attempt-0").mkdir()
+    (run.logs_dir / "attempt-0" / "node1.err").write_text("[rank0]: a warning\n")
+    assert logs.first_failure(run) is None
