@@ -24,8 +24,17 @@ SUBMITIT_RENDER = (
     "nodes=4, ntasks_per_node=1, gpus_per_node=8, cpus_per_task=4, time=60)\n"
 )
 COMMANDS = {
-    "clustertrain submit --dry-run (4x8)": [sys.executable, "-m", "clustertrain", "submit",
-                                            "--nodes", "4", "--gpus-per-node", "8", "--dry-run"],
+    "clustertrain submit --dry-run (4x8)": [
+        sys.executable,
+        "-m",
+        "clustertrain",
+        "submit",
+        "--nodes",
+        "4",
+        "--gpus-per-node",
+        "8",
+        "--dry-run",
+    ],
     "python -c pass (interpreter start)": [sys.executable, "-c", "pass"],
     "submitit's renderer, same allocation": [sys.executable, "-c", SUBMITIT_RENDER],
 }

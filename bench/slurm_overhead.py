@@ -56,12 +56,34 @@ def _phases(out_dir: Path, started: float) -> tuple[float, float]:
 def run_clustertrain(work: Path) -> tuple[float, float]:
     env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": str(work / "runs")}
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "clustertrain", "submit", "jobs/mnist.yaml",
-                           "--nodes", "2", "--gpus-per-node", "2", "--", *TRAIN_ARGS],
-                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clustertrain",
+            "submit",
+            "jobs/mnist.yaml",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--",
+            *TRAIN_ARGS,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     job_id = done.stdout.split("submitted job ")[1].split(":")[0]
-    subprocess.run([sys.executable, "-m", "clustertrain", "logs", job_id, "--follow"], cwd=ROOT,
-                   env=env, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "clustertrain", "logs", job_id, "--follow"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     run_dir = next((work / "runs").iterdir())
     return _phases(run_dir / "out", started)
 
@@ -70,8 +92,13 @@ def run_plain_sbatch(work: Path) -> tuple[float, float]:
     script = work / "plain.sbatch"
     script.write_text(PLAIN_SBATCH.format(out=work, venv=sys.prefix, args=" ".join(TRAIN_ARGS)))
     started = time.time()
-    subprocess.run(["sbatch", "--wait", str(script)], cwd=ROOT, env=_slurm_env(),
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        ["sbatch", "--wait", str(script)],
+        cwd=ROOT,
+        env=_slurm_env(),
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     return _phases(work / "out", started)
 
 
@@ -86,18 +113,24 @@ def main() -> None:
             # The local cluster's nodes share this host's /tmp; a real cluster needs a shared FS.
             with tempfile.TemporaryDirectory() as work:
                 results[name].append(runner(Path(work)))
-    medians = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-               for name, runs in results.items()}
+    medians = {
+        name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+        for name, runs in results.items()
+    }
     base_first, base_end = medians["plain sbatch"]
     print(f"2 nodes x 2 processes, DDP, {' '.join(TRAIN_ARGS)}; median of {repeats}\n")
-    print(f"| {'submitted with':<14} | submit -> first step (s) | submit -> end (s) | "
-          f"overhead at first step |")
+    print(
+        f"| {'submitted with':<14} | submit -> first step (s) | submit -> end (s) | "
+        f"overhead at first step |"
+    )
     print(f"|{'-' * 16}|{'-' * 25}:|{'-' * 19}:|{'-' * 24}:|")
     for name, (first, end) in medians.items():
         print(f"| {name:<14} | {first:24.2f} | {end:17.2f} | {first - base_first:+21.2f} s |")
     overhead = medians["clustertrain"][0] - base_first
-    print(f"\nclustertrain overhead {overhead:+.2f} s: "
-          f"{'meets' if overhead <= 1.0 else 'MISSES'} the goal of at most 1 s")
+    print(
+        f"\nclustertrain overhead {overhead:+.2f} s: "
+        f"{'meets' if overhead <= 1.0 else 'MISSES'} the goal of at most 1 s"
+    )
 
 
 if __name__ == "__main__":

@@ -31,25 +31,29 @@ class _SubmitCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if "--" in args:
             cut = args.index("--")
-            ctx.meta["train_args"] = tuple(args[cut + 1:])
+            ctx.meta["train_args"] = tuple(args[cut + 1 :])
             args = args[:cut]
         return super().parse_args(ctx, args)
 
 
 def _runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
-        "--runs-dir", metavar="DIR",
+        "--runs-dir",
+        metavar="DIR",
         help="Root of the run folders (default: $CLUSTERTRAIN_RUNS_DIR, else ./runs). "
-             "It must be on a filesystem every node sees.")(func)
+        "It must be on a filesystem every node sees.",
+    )(func)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-             epilog="""\b
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="""\b
 Examples:
   clustertrain cluster up --nodes 4          # a local Slurm cluster on this machine (root)
   clustertrain submit jobs/mnist.yaml --nodes 2 --gpus-per-node 2
   clustertrain logs last --follow
-""")
+""",
+)
 @click.version_option(__version__, prog_name="clustertrain")
 def cli() -> None:
     """Run a PyTorch training script on many Slurm nodes: torchrun or accelerate, one command."""
@@ -59,10 +63,18 @@ def cli() -> None:
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--nodes", type=int, help="Nodes to allocate (one launcher per node).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node; one process per GPU.")
-@click.option("--procs-per-node", type=int,
-              help="Processes per node when it differs from the GPUs (CPU-only nodes).")
-@click.option("--gres", "gpus_as_gres", is_flag=True, default=None,
-              help="Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).")
+@click.option(
+    "--procs-per-node",
+    type=int,
+    help="Processes per node when it differs from the GPUs (CPU-only nodes).",
+)
+@click.option(
+    "--gres",
+    "gpus_as_gres",
+    is_flag=True,
+    default=None,
+    help="Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).",
+)
 @click.option("--cpus-per-task", type=int, help="CPUs for each node's launcher task.")
 @click.option("--time", help="Time limit, e.g. 01:30:00 or 2-00:00:00.")
 @click.option("--name", help="Slurm job name.")
@@ -77,21 +89,44 @@ def cli() -> None:
 @click.option("--mail-type")
 @click.option("--mail-user")
 @click.option("--dependency", help="e.g. afterok:1234")
-@click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="--OPT=VALUE",
-              help="Any other sbatch option, passed through (repeatable).")
-@click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
-              help="Environment variable for the job (repeatable).")
-@click.option("--signal-lead", "signal_lead_s", type=int,
-              help="Seconds before the time limit at which the job is warned (USR2).")
+@click.option(
+    "--sbatch-option",
+    "sbatch_options",
+    multiple=True,
+    metavar="--OPT=VALUE",
+    help="Any other sbatch option, passed through (repeatable).",
+)
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Environment variable for the job (repeatable).",
+)
+@click.option(
+    "--signal-lead",
+    "signal_lead_s",
+    type=int,
+    help="Seconds before the time limit at which the job is warned (USR2).",
+)
 @click.option("--max-restarts", type=int, help="Worker restarts the launcher may do.")
 @click.option("--venv", help="Virtual environment the nodes use (default: the current one).")
 @_runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print what would be submitted; touch nothing.")
-@click.option("--no-preflight", is_flag=True,
-              help="Queue even a request the partition's limits say can never run.")
+@click.option(
+    "--no-preflight",
+    is_flag=True,
+    help="Queue even a request the partition's limits say can never run.",
+)
 @click.pass_context
-def submit(ctx: click.Context, job_file: str | None, runs_dir: str | None, dry_run: bool,
-           no_preflight: bool, **flags: Any) -> None:
+def submit(
+    ctx: click.Context,
+    job_file: str | None,
+    runs_dir: str | None,
+    dry_run: bool,
+    no_preflight: bool,
+    **flags: Any,
+) -> None:
     """Render a multi-node job and queue it; args after -- go to the training script."""
     from clustertrain import runs
     from clustertrain.render import render
@@ -112,8 +147,10 @@ def submit(ctx: click.Context, job_file: str | None, runs_dir: str | None, dry_r
     from clustertrain.submission import submit_job
 
     run = submit_job(job, check=not no_preflight)
-    click.echo(f"submitted job {run.job_id}: {spec.nodes} node(s) x {spec.nproc_per_node} "
-               f"process(es), {spec.launcher}")
+    click.echo(
+        f"submitted job {run.job_id}: {spec.nodes} node(s) x {spec.nproc_per_node} "
+        f"process(es), {spec.launcher}"
+    )
     click.echo(f"run folder: {run.path}")
     click.echo(f"follow it:  clustertrain logs {run.job_id} --follow")
 
@@ -129,8 +166,10 @@ def status(job: str, runs_dir: str | None) -> None:
     run = runs.find_run(runs.runs_root(runs_dir), job)
     state = Slurm().state(run.job_id)
     click.echo(f"job {run.job_id} ({run.name}): {state.state}")
-    click.echo(f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
-               f"restarts: {state.restarts}")
+    click.echo(
+        f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
+        f"restarts: {state.restarts}"
+    )
     if state.reason:
         click.echo(f"  reason: {state.reason}")
     click.echo(f"  run folder: {run.path}")
@@ -153,9 +192,11 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
     from clustertrain import runs
 
     for run in runs.all_runs(runs.runs_root(runs_dir))[:limit]:
-        click.echo(f"{run.job_id:>8}  {run.submitted_at}  {run.name:<16} "
-                   f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
-                   f"{run.path}")
+        click.echo(
+            f"{run.job_id:>8}  {run.submitted_at}  {run.name:<16} "
+            f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
+            f"{run.path}"
+        )
 
 
 @cli.command(epilog="\b\nExample:\n  clustertrain cancel 42")
@@ -171,17 +212,24 @@ def cancel(job: str, runs_dir: str | None) -> None:
     click.echo(f"cancelled job {run.job_id}")
 
 
-@cli.command(epilog="\b\nExamples:\n  clustertrain logs last --follow\n"
-                    "  clustertrain logs 42 --rank 3\n  clustertrain logs 42 --errors")
+@cli.command(
+    epilog="\b\nExamples:\n  clustertrain logs last --follow\n"
+    "  clustertrain logs 42 --rank 3\n  clustertrain logs 42 --errors"
+)
 @click.argument("job", default="last")
-@click.option("-f", "--follow", is_flag=True,
-              help="Stream new lines until the job ends; exit 0 only if it COMPLETED.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Stream new lines until the job ends; exit 0 only if it COMPLETED.",
+)
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--node", help="Only this node.")
 @click.option("--errors", is_flag=True, help="Only stderr.")
 @_runs_dir_option
-def logs(job: str, follow: bool, rank: int | None, node: str | None, errors: bool,
-         runs_dir: str | None) -> None:
+def logs(
+    job: str, follow: bool, rank: int | None, node: str | None, errors: bool, runs_dir: str | None
+) -> None:
     """Every rank's output, each line prefixed with its node and rank."""
     from clustertrain import logs as joblogs
     from clustertrain import runs
@@ -234,8 +282,9 @@ def up(nodes: int, cpus_per_node: int, gpus_per_node: int) -> None:
     """Install Slurm if needed and start a controller and one slurmd per node."""
     from clustertrain import cluster as local
 
-    conf = local.up(local.Layout(nodes=nodes, cpus_per_node=cpus_per_node,
-                                 gpus_per_node=gpus_per_node))
+    conf = local.up(
+        local.Layout(nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node)
+    )
     click.echo(f"export SLURM_CONF={conf}")
 
 
@@ -270,4 +319,3 @@ def main(argv: list[str] | None = None) -> None:
 def _fail(message: str, status: int) -> None:
     print(f"clustertrain: error: {'; '.join(message.splitlines())}", file=sys.stderr)
     sys.exit(status)
-

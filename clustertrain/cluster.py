@@ -50,9 +50,13 @@ class Layout:
     state_dir: Path = field(default_factory=default_state_dir)
 
     def __post_init__(self) -> None:
-        for name, low, high in [("nodes", 1, 64), ("cpus_per_node", 1, 1024),
-                                ("gpus_per_node", 0, 64), ("memory_mb_per_node", 1, 1 << 24),
-                                ("base_port", 1024, 65535 - self.nodes)]:
+        for name, low, high in [
+            ("nodes", 1, 64),
+            ("cpus_per_node", 1, 1024),
+            ("gpus_per_node", 0, 64),
+            ("memory_mb_per_node", 1, 1 << 24),
+            ("base_port", 1024, 65535 - self.nodes),
+        ]:
             value = getattr(self, name)
             if not isinstance(value, int) or not low <= value <= high:
                 raise FieldError(name, value, f"use a whole number from {low} to {high}")
@@ -130,24 +134,42 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
         ("MessageTimeout", "5"),
     ]
     nodes = [
-        [("NodeName", name), ("NodeAddr", "127.0.0.1"), ("NodeHostname", name),
-         ("Port", str(port)), ("CPUs", str(layout.cpus_per_node)),
-         ("RealMemory", str(layout.memory_mb_per_node))]
+        [
+            ("NodeName", name),
+            ("NodeAddr", "127.0.0.1"),
+            ("NodeHostname", name),
+            ("Port", str(port)),
+            ("CPUs", str(layout.cpus_per_node)),
+            ("RealMemory", str(layout.memory_mb_per_node)),
+        ]
         + ([("Gres", f"gpu:{layout.gpus_per_node}")] if layout.gpus_per_node else [])
         + [("State", "UNKNOWN")]
         for name, port in zip(layout.node_names, layout.ports[1:], strict=True)
     ]
-    partitions = [[("PartitionName", "debug"), ("Nodes", ",".join(layout.node_names)),
-                   ("Default", "YES"), ("MaxTime", "INFINITE"), ("State", "UP")]]
-    return render_template("slurm.conf.j2", conf_path=str(_conf(d)), settings=settings,
-                           nodes=nodes, partitions=partitions)
+    partitions = [
+        [
+            ("PartitionName", "debug"),
+            ("Nodes", ",".join(layout.node_names)),
+            ("Default", "YES"),
+            ("MaxTime", "INFINITE"),
+            ("State", "UP"),
+        ]
+    ]
+    return render_template(
+        "slurm.conf.j2",
+        conf_path=str(_conf(d)),
+        settings=settings,
+        nodes=nodes,
+        partitions=partitions,
+    )
 
 
 def render_gres_conf(layout: Layout) -> str:
     """gres.conf: each GPU is a device file; without ``File=`` Slurm drops the GPUs."""
     gres: list[Line] = [
         [("NodeName", node), ("Name", "gpu"), ("File", str(path))]
-        for node in layout.node_names for path in _gpu_files(layout, node)
+        for node in layout.node_names
+        for path in _gpu_files(layout, node)
     ]
     return render_template("gres.conf.j2", gres=gres)
 
@@ -158,7 +180,7 @@ def hosts_without_block(text: str) -> str:
         return text
     start = lines.index(HOSTS_BEGIN + "\n")
     end = lines.index(HOSTS_END + "\n", start) if HOSTS_END + "\n" in lines[start:] else start
-    return "".join(lines[:start] + lines[end + 1:])
+    return "".join(lines[:start] + lines[end + 1 :])
 
 
 def hosts_with_block(text: str, names: list[str]) -> str:
@@ -177,7 +199,7 @@ def _proc_stat(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def _start_time(pid: int) -> str | None:
@@ -198,8 +220,11 @@ def _strays(cluster_id: str) -> list[int]:
     slurmd's environment, which carries our cluster id; the tasks are found by session.
     """
     marker = f"{CLUSTER_ID_VAR}={cluster_id}".encode()
-    stat_of = {int(p.name): f for p in Path("/proc").iterdir()
-               if p.name.isdigit() and (f := _proc_stat(int(p.name))) and f[0] != "Z"}
+    stat_of = {
+        int(p.name): f
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and (f := _proc_stat(int(p.name))) and f[0] != "Z"
+    }
     sessions = set()
     for pid, fields in stat_of.items():
         try:
@@ -217,7 +242,10 @@ def _spawn(name: str, argv: list[str], log: Path, env: dict[str, str]) -> dict:
     # learn its exact PID.
     sh = subprocess.run(
         ["sh", "-c", '"$@" </dev/null >>"$LOG" 2>&1 & echo $!', "sh", *argv],
-        env={**env, "LOG": f"{log}.out"}, capture_output=True, text=True, check=True,
+        env={**env, "LOG": f"{log}.out"},
+        capture_output=True,
+        text=True,
+        check=True,
         start_new_session=True,
     )
     pid = int(sh.stdout)
@@ -298,8 +326,10 @@ def _ensure_packages() -> None:
     if all(_which(p) for p in ("munged", "slurmctld", "slurmd", "sinfo")):
         return
     if not _which("apt-get"):
-        raise UserError("Slurm or munge is missing and this is not Debian/Ubuntu (no apt-get): "
-                        "install slurm-wlm and munge with your package manager, then run up again")
+        raise UserError(
+            "Slurm or munge is missing and this is not Debian/Ubuntu (no apt-get): "
+            "install slurm-wlm and munge with your package manager, then run up again"
+        )
     # Package scripts would start the system's own daemons; policy-rc.d exit 101 forbids that.
     policy = Path("/usr/sbin/policy-rc.d")
     created = not policy.exists()
@@ -329,7 +359,8 @@ def _check_ports(layout: Layout) -> None:
             except OSError:
                 raise UserError(
                     f"port {port} is in use; the local cluster needs ports {layout.ports[0]}-"
-                    f"{layout.ports[-1]}: free them or choose another base port") from None
+                    f"{layout.ports[-1]}: free them or choose another base port"
+                ) from None
 
 
 def _tail(log: str | Path, lines: int = 3) -> str:
@@ -379,17 +410,23 @@ def _wait_until_idle(layout: Layout, record: dict) -> None:
             return
         time.sleep(0.2)
     if not states:
-        raise UserError(f"slurmctld did not answer within {UP_TIMEOUT_S:.0f} s; "
-                        f"{_tail(layout.state_dir / 'log' / 'slurmctld.log')}")
+        raise UserError(
+            f"slurmctld did not answer within {UP_TIMEOUT_S:.0f} s; "
+            f"{_tail(layout.state_dir / 'log' / 'slurmctld.log')}"
+        )
     node = next(n for n in layout.node_names if states.get(n) != "idle")
     log = layout.state_dir / "log" / f"slurmd-{node}.log"
-    raise UserError(f"{node} is {states.get(node, 'missing')}, not idle, after "
-                    f"{UP_TIMEOUT_S:.0f} s; {_tail(log)}")
+    raise UserError(
+        f"{node} is {states.get(node, 'missing')}, not idle, after "
+        f"{UP_TIMEOUT_S:.0f} s; {_tail(log)}"
+    )
 
 
 def _shape(layout: Layout) -> str:
-    return (f"{layout.nodes} nodes x {layout.cpus_per_node} CPUs, {layout.gpus_per_node} GPUs, "
-            f"{layout.memory_mb_per_node} MB")
+    return (
+        f"{layout.nodes} nodes x {layout.cpus_per_node} CPUs, {layout.gpus_per_node} GPUs, "
+        f"{layout.memory_mb_per_node} MB"
+    )
 
 
 def up(layout: Layout) -> str:
@@ -398,8 +435,10 @@ def up(layout: Layout) -> str:
         raise UserError("the local cluster must be started as root: run it with sudo")
     running = current_layout(layout.state_dir)
     if running and running != layout:
-        raise UserError(f"a local cluster of another shape ({_shape(running)}) is up in "
-                        f"{layout.state_dir}: run `clustertrain cluster down` first")
+        raise UserError(
+            f"a local cluster of another shape ({_shape(running)}) is up in "
+            f"{layout.state_dir}: run `clustertrain cluster down` first"
+        )
     old = _read_record(layout.state_dir)
     if running and old and _healthy(old):
         return str(_conf(layout.state_dir))
@@ -409,8 +448,12 @@ def up(layout: Layout) -> str:
     d = layout.state_dir
     d.mkdir(parents=True, exist_ok=True)
     _prepare(layout, socket.gethostname().split(".")[0])
-    record: dict = {"id": secrets.token_hex(8), "layout": {**asdict(layout), "state_dir": str(d)},
-                    "processes": [], "hosts_block": True}
+    record: dict = {
+        "id": secrets.token_hex(8),
+        "layout": {**asdict(layout), "state_dir": str(d)},
+        "processes": [],
+        "hosts_block": True,
+    }
     # Recorded before each change, so that down can undo a start-up cut short at any point.
     _write_record(d, record)
     HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), layout.node_names))
@@ -418,13 +461,26 @@ def up(layout: Layout) -> str:
     munge = d / "munge"
     # munged -f: without it munged refuses a group-writable folder above its files
     # ("PRNG seed dir is insecure"), e.g. a state dir in a CI workspace.
-    daemons = [("munged", [_which("munged") or "munged", "-F", "-f",
-                           f"--socket={_munge_socket(d)}", f"--key-file={munge / 'munge.key'}",
-                           f"--pid-file={munge / 'munged.pid'}", f"--seed-file={munge / 'seed'}",
-                           f"--log-file={d / 'log' / 'munged.log'}"]),
-               ("slurmctld", [_which("slurmctld") or "slurmctld", "-D", "-f", str(_conf(d))])]
-    daemons += [(f"slurmd-{n}", [_which("slurmd") or "slurmd", "-D", "-N", n, "-f", str(_conf(d))])
-                for n in layout.node_names]
+    daemons = [
+        (
+            "munged",
+            [
+                _which("munged") or "munged",
+                "-F",
+                "-f",
+                f"--socket={_munge_socket(d)}",
+                f"--key-file={munge / 'munge.key'}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--seed-file={munge / 'seed'}",
+                f"--log-file={d / 'log' / 'munged.log'}",
+            ],
+        ),
+        ("slurmctld", [_which("slurmctld") or "slurmctld", "-D", "-f", str(_conf(d))]),
+    ]
+    daemons += [
+        (f"slurmd-{n}", [_which("slurmd") or "slurmd", "-D", "-N", n, "-f", str(_conf(d))])
+        for n in layout.node_names
+    ]
     try:
         for name, argv in daemons:
             record["processes"].append(_spawn(name, argv, d / "log" / f"{name}.log", env))
@@ -469,8 +525,14 @@ def down(state_dir: Path) -> None:
     # munged goes last: the Slurm daemons authenticate their goodbye messages through it.
     _stop([p for p in procs if p["name"] != "munged"])
     started = {p["pid"] for p in procs}
-    _stop([{"pid": pid, "start_time": _start_time(pid)}
-           for pid in _strays(record["id"]) if pid not in started], grace_s=2.0)
+    _stop(
+        [
+            {"pid": pid, "start_time": _start_time(pid)}
+            for pid in _strays(record["id"])
+            if pid not in started
+        ],
+        grace_s=2.0,
+    )
     _stop(procs)
     if record.get("hosts_block"):
         HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
@@ -493,8 +555,10 @@ def status(state_dir: Path) -> str:
         nodes = dict(line.split() for line in out.stdout.splitlines())
     else:
         nodes = {}
-    head = (f"local cluster: {'up' if _healthy(record) else 'degraded (run down, then up)'}, "
-            f"{_shape(layout)}; export SLURM_CONF={_conf(state_dir)}")
+    head = (
+        f"local cluster: {'up' if _healthy(record) else 'degraded (run down, then up)'}, "
+        f"{_shape(layout)}; export SLURM_CONF={_conf(state_dir)}"
+    )
     lines = [head]
     for p in record["processes"]:
         node = p["name"].removeprefix("slurmd-") if p["name"].startswith("slurmd-") else ""

@@ -13,11 +13,16 @@ from clustertrain.spec import format_time
 
 
 def cluster_lines(info: ClusterInfo, accounting: bool) -> list[str]:
-    lines = [f"Slurm: {info.version or 'unknown version'} (SLURM_CONF="
-             f"{slurm_environ().get('SLURM_CONF', '/etc/slurm/slurm.conf')})",
-             "accounting (sacct): " + ("available" if accounting else
-                                       "unavailable; status reads scontrol and the "
-                                       "job-completion log instead")]
+    lines = [
+        f"Slurm: {info.version or 'unknown version'} (SLURM_CONF="
+        f"{slurm_environ().get('SLURM_CONF', '/etc/slurm/slurm.conf')})",
+        "accounting (sacct): "
+        + (
+            "available"
+            if accounting
+            else "unavailable; status reads scontrol and the job-completion log instead"
+        ),
+    ]
     for part in info.partitions:
         members = [n for n in info.nodes if part.name in n.partitions]
         usable = sum(n.usable for n in members)
@@ -25,10 +30,13 @@ def cluster_lines(info: ClusterInfo, accounting: bool) -> list[str]:
             f"partition {part.name}{' (default)' if part.default else ''}: {part.state}, "
             f"{usable}/{len(members)} nodes usable, MaxNodes="
             f"{part.max_nodes or 'UNLIMITED'}, MaxTime="
-            f"{format_time(part.max_time_s) if part.max_time_s else 'UNLIMITED'}")
+            f"{format_time(part.max_time_s) if part.max_time_s else 'UNLIMITED'}"
+        )
         for node in members:
-            lines.append(f"  {node.name:<12} {node.cpus:>4} CPUs {node.memory_mb:>8} MB "
-                         f"{node.gpus:>2} GPUs  {node.state}")
+            lines.append(
+                f"  {node.name:<12} {node.cpus:>4} CPUs {node.memory_mb:>8} MB "
+                f"{node.gpus:>2} GPUs  {node.state}"
+            )
     return lines
 
 
@@ -40,8 +48,9 @@ def host_problems(runs_root: Path) -> list[str]:
             problems.append(f"{command} is not on PATH: install Slurm's client commands")
     for module in ("torch", "accelerate"):
         if importlib.util.find_spec(module) is None:
-            problems.append(f"Python package {module} is missing: pip install "
-                            "'clustertrain[train]'")
+            problems.append(
+                f"Python package {module} is missing: pip install 'clustertrain[train]'"
+            )
     for launcher in ("torchrun", "accelerate"):
         if shutil.which(launcher) is None:
             problems.append(f"{launcher} is not on PATH: activate the environment jobs use")

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -55,7 +55,6 @@ _SLURM_VARS = (
     "SLURM_NTASKS",
     "SLURM_STEP_NUM_TASKS",
     "SLURM_NODEID",
-    "SLURM_JOB_NUM_NODES",
     "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_TASKS_PER_NODE",
     "SLURM_JOB_NODELIST",
@@ -155,15 +154,15 @@ def _tasks_on_node(tasks_per_node: str, node: int) -> int | None:
 
 def from_environ(environ: Mapping[str, str] | None = None) -> DistEnv:
     environ = os.environ if environ is None else environ
-    timeout = float(environ.get("CLUSTERTRAIN_RDZV_TIMEOUT_S", DEFAULT_RENDEZVOUS_TIMEOUT_S))
     try:
+        timeout = float(environ.get("CLUSTERTRAIN_RDZV_TIMEOUT_S", DEFAULT_RENDEZVOUS_TIMEOUT_S))
         if "RANK" in environ and "WORLD_SIZE" in environ:
             return _from_torchrun(environ, timeout)
         if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ:
             return _from_slurm(environ, timeout)
+        return DistEnv(rendezvous_timeout_s=timeout)
     except ValueError as exc:
         raise UserError(f"cannot read the distributed context from the environment: {exc}") from exc
-    return DistEnv(rendezvous_timeout_s=timeout)
 
 
 def _seen(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -224,9 +223,12 @@ def backend_for(device: torch.device) -> str:
 def init_process_group(
     env: DistEnv,
     device: torch.device | None = None,
+    timeout_s: float | None = None,
     collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
 ) -> None:
-    """Join the process group, failing within ``env.rendezvous_timeout_s`` if peers are absent.
+    """Join the process group, failing within ``timeout_s`` if the peers are absent.
+
+    ``timeout_s`` defaults to ``env.rendezvous_timeout_s`` ($CLUSTERTRAIN_RDZV_TIMEOUT_S, 30 s).
 
     The store is built here with the short rendezvous timeout, then given the long collective
     one, because ``torch.distributed.init_process_group(timeout=...)`` uses one value for both.
@@ -234,6 +236,8 @@ def init_process_group(
     import torch.distributed as dist
 
     device = device or pick_device(env)
+    if timeout_s is not None:
+        env = replace(env, rendezvous_timeout_s=timeout_s)
     try:
         with _native_stderr_silenced():
             store = _rendezvous_store(env)
@@ -247,7 +251,8 @@ def init_process_group(
                 device_id=device if device.type == "cuda" else None,
             )
     except (RuntimeError, OSError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        reason = text.splitlines()[0].rstrip(".") if text else type(exc).__name__
         raise RendezvousError(
             f"cannot reach the rendezvous at {env.master_addr}:{env.master_port} within "
             f"{env.rendezvous_timeout_s:g} s as {env.describe()}: {reason[:200]}; check that all "

@@ -23,7 +23,9 @@ _RANK_PREFIX = re.compile(r"(?:\[rank(\d+)\]: ?)+")
 # torchelastic's failure report (ChildFailedError), which torchrun and accelerate print.
 _ROOT_CAUSE = re.compile(
     r"Root Cause \(first observed failure\):.*?time\s*: (?P<time>\S+).*?"
-    r"rank\s*: (?P<rank>\d+).*?exitcode\s*: (?P<exit>-?\d+)", re.DOTALL)
+    r"rank\s*: (?P<rank>\d+).*?exitcode\s*: (?P<exit>-?\d+)",
+    re.DOTALL,
+)
 FAILURE_TAIL_LINES = 6
 _ATTEMPT = re.compile(r"attempt-(\d+)")
 _NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
@@ -52,7 +54,8 @@ class Filter:
 
     def wants_file(self, log: LogFile) -> bool:
         return (not self.errors or log.stream == "err") and (
-            self.node is None or log.node == self.node)
+            self.node is None or log.node == self.node
+        )
 
     def wants_rank(self, rank: int | None) -> bool:
         return self.rank is None or rank == self.rank
@@ -90,7 +93,7 @@ def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
     else:
         who = log.node if log.node == "batch" else f"{log.node} launcher"
     stream = " !" if log.stream == "err" else " |"
-    return f"{who}{stream} {line[match.end():] if match else line}"
+    return f"{who}{stream} {line[match.end() :] if match else line}"
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,7 @@ class Failure:
 
     def lines(self) -> list[str]:
         signal = f" (signal {-self.exit_code})" if self.exit_code < 0 else ""
-        head = (f"first failure: rank {self.rank} on {self.node}, exit code "
-                f"{self.exit_code}{signal}")
+        head = f"first failure: rank {self.rank} on {self.node}, exit code {self.exit_code}{signal}"
         return [head, *(f"  {line}" for line in self.tail)]
 
 
@@ -123,10 +125,17 @@ def first_failure(run: Run) -> Failure | None:
         if cause is None:
             continue
         rank = int(cause["rank"])
-        own = [line[m.end():] for line in text.splitlines()
-               if (m := _RANK_PREFIX.match(line)) and int(m[1]) == rank]
-        found.append((cause["time"], Failure(rank, log.node, int(cause["exit"]),
-                                             tuple(own[-FAILURE_TAIL_LINES:]))))
+        own = [
+            line[m.end() :]
+            for line in text.splitlines()
+            if (m := _RANK_PREFIX.match(line)) and int(m[1]) == rank
+        ]
+        found.append(
+            (
+                cause["time"],
+                Failure(rank, log.node, int(cause["exit"]), tuple(own[-FAILURE_TAIL_LINES:])),
+            )
+        )
     return min(found, key=lambda item: item[0])[1] if found else None
 
 
@@ -141,9 +150,14 @@ def read_all(run: Run, filters: Filter) -> Iterator[str]:
                 yield formatted
 
 
-def follow(run: Run, filters: Filter, job_state: Callable[[], JobState], out: TextIO,
-           clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], None] = time.sleep) -> JobState:
+def follow(
+    run: Run,
+    filters: Filter,
+    job_state: Callable[[], JobState],
+    out: TextIO,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JobState:
     """Print new lines from every log as they are written, until the job ends; return its state.
 
     Only complete lines are printed; a final pass after the job ends catches the last ones.

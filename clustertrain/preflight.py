@@ -64,15 +64,20 @@ def check(spec: JobSpec, cluster: ClusterInfo) -> None:
         what = f"{spec.partition!r} does not exist" if spec.partition else "no default partition"
         raise UserError(f"partition: {what}; partitions here: {names}{skip}")
     if part.state != "UP":
-        raise UserError(f"partition: {part.name} is {part.state}, not UP; try another of: "
-                        f"{names}{skip}")
+        raise UserError(
+            f"partition: {part.name} is {part.state}, not UP; try another of: {names}{skip}"
+        )
     if part.max_nodes is not None and spec.nodes > part.max_nodes:
-        raise UserError(f"nodes: {spec.nodes} exceeds partition {part.name}'s MaxNodes="
-                        f"{part.max_nodes}; ask for fewer nodes{skip}")
+        raise UserError(
+            f"nodes: {spec.nodes} exceeds partition {part.name}'s MaxNodes="
+            f"{part.max_nodes}; ask for fewer nodes{skip}"
+        )
     wanted_s = time_seconds(spec.time) or 0
     if part.max_time_s is not None and wanted_s > part.max_time_s:
-        raise UserError(f"time: {spec.time} exceeds partition {part.name}'s MaxTime="
-                        f"{format_time(part.max_time_s)}; ask for less time{skip}")
+        raise UserError(
+            f"time: {spec.time} exceeds partition {part.name}'s MaxTime="
+            f"{format_time(part.max_time_s)}; ask for less time{skip}"
+        )
     members = [n for n in cluster.nodes if part.name in n.partitions and n.usable]
     wanted_mb = memory_mb(spec.mem) if spec.mem else 0
     limits = [
@@ -83,13 +88,17 @@ def check(spec: JobSpec, cluster: ClusterInfo) -> None:
     for field, wanted, have, unit in limits:
         most = max((have(n) for n in members), default=0)
         if wanted > most:
-            raise UserError(f"{field}: {wanted} {unit} per node requested but the usable nodes "
-                            f"of partition {part.name} have at most {most}{skip}")
+            raise UserError(
+                f"{field}: {wanted} {unit} per node requested but the usable nodes "
+                f"of partition {part.name} have at most {most}{skip}"
+            )
     fitting = [n for n in members if all(have(n) >= wanted for _, wanted, have, _ in limits)]
     if spec.nodes > len(fitting):
-        raise UserError(f"nodes: {spec.nodes} requested but partition {part.name} has only "
-                        f"{len(fitting)} usable node(s) that can each give {spec.gpus_per_node} "
-                        f"GPU(s), {spec.cpus_per_task} CPU(s) and {wanted_mb} MB{skip}")
+        raise UserError(
+            f"nodes: {spec.nodes} requested but partition {part.name} has only "
+            f"{len(fitting)} usable node(s) that can each give {spec.gpus_per_node} "
+            f"GPU(s), {spec.cpus_per_task} CPU(s) and {wanted_mb} MB{skip}"
+        )
 
 
 def memory_mb(text: str) -> int:
@@ -104,4 +113,3 @@ def memory_mb(text: str) -> int:
 def gpu_count(gres: str) -> int:
     """GPUs in sinfo's GRES column: ``gpu:2``, ``gpu:a100:4(S:0-1)``, ``(null)``."""
     return sum(int(count) for count in _GPU_GRES.findall(gres))
-

@@ -108,8 +108,9 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
     """Quote ``argv`` and group it one option per line: ``--flag value`` stays together."""
     lines: list[list[str]] = []
     for word in argv:
-        takes_value = len(lines) == 1 or (lines and lines[-1][0].startswith("-")
-                                          and "=" not in lines[-1][0])
+        takes_value = len(lines) == 1 or (
+            lines and lines[-1][0].startswith("-") and "=" not in lines[-1][0]
+        )
         if lines and len(lines[-1]) == 1 and takes_value and not word.startswith("-"):
             lines[-1].append(word)
         else:
@@ -145,9 +146,13 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
     }
     if gpus:
         values["gres" if spec.gpus_as_gres else "gpus-per-node"] = (
-            f"gpu:{gpus}" if spec.gpus_as_gres else str(gpus))
-    flags = [f"--{key}={shlex.quote(value)}" for key, value in sorted(values.items())
-             if value is not None]
+            f"gpu:{gpus}" if spec.gpus_as_gres else str(gpus)
+        )
+    flags = [
+        f"--{key}={shlex.quote(value)}"
+        for key, value in sorted(values.items())
+        if value is not None
+    ]
     if spec.exclusive:
         flags.append("--exclusive")
     for option in spec.sbatch_options:
@@ -176,17 +181,26 @@ def launcher_argv(spec: JobSpec) -> tuple[str, ...]:
         if spec.world_size > 1:
             head += ("--multi_gpu",)
         head += (
-            "--num_machines", str(spec.nodes),
-            "--num_processes", str(spec.world_size),
+            "--num_machines",
+            str(spec.nodes),
+            "--num_processes",
+            str(spec.world_size),
             # Each node's rank must come from that node at run time: a number rendered here
             # would give every node the same rank.
-            "--machine_rank", Expand("$SLURM_NODEID"),
-            "--main_process_ip", Expand("$HEAD_NODE"),
-            "--main_process_port", Expand("$RDZV_PORT"),
-            "--rdzv_backend", "c10d",
-            "--rdzv_conf", f"join_timeout={spec.rdzv_timeout_s}",
-            "--max_restarts", str(spec.max_restarts),
-            "--tee", "3",
+            "--machine_rank",
+            Expand("$SLURM_NODEID"),
+            "--main_process_ip",
+            Expand("$HEAD_NODE"),
+            "--main_process_port",
+            Expand("$RDZV_PORT"),
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_conf",
+            Expand(f"join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
+            "--max_restarts",
+            str(spec.max_restarts),
+            "--tee",
+            "3",
         )
     else:
         head = (
@@ -196,7 +210,7 @@ def launcher_argv(spec: JobSpec) -> tuple[str, ...]:
             "--rdzv-backend=c10d",
             Expand("--rdzv-endpoint=$HEAD_NODE:$RDZV_PORT"),
             Expand("--rdzv-id=$SLURM_JOB_ID"),
-            f"--rdzv-conf=join_timeout={spec.rdzv_timeout_s}",
+            Expand(f"--rdzv-conf=join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
             f"--max-restarts={spec.max_restarts}",
             "--tee=3",
         )

@@ -26,8 +26,10 @@ def runs_root(flag: str | None) -> Path:
     """The runs root: ``--runs-dir``, else ``$CLUSTERTRAIN_RUNS_DIR``, else ``./runs``."""
     root = Path(flag or os.environ.get("CLUSTERTRAIN_RUNS_DIR") or DEFAULT_RUNS_DIR).absolute()
     if not str(root).isprintable() or "%" in str(root):
-        raise UserError(f"runs dir: {str(root)!r} is not usable by Slurm (no '%' or control "
-                        "characters); pick another with --runs-dir")
+        raise UserError(
+            f"runs dir: {str(root)!r} is not usable by Slurm (no '%' or control "
+            "characters); pick another with --runs-dir"
+        )
     return root
 
 
@@ -86,12 +88,15 @@ def write_run_files(job: RenderedJob) -> Path:
         (path / "out").mkdir()
         (path / "spec.yaml").write_text(
             yaml.safe_dump(job.spec.to_dict(), sort_keys=False, allow_unicode=True),
-            encoding="utf-8")
+            encoding="utf-8",
+        )
         Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
         Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"run folder: cannot write {path}: {exc.strerror}; "
-                        "free some space or choose another --runs-dir") from exc
+        raise UserError(
+            f"run folder: cannot write {path}: {exc.strerror}; "
+            "free some space or choose another --runs-dir"
+        ) from exc
     return path
 
 
@@ -115,8 +120,13 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
 def _load(path: Path) -> Run | None:
     try:
         data = json.loads((path / RECORD).read_text(encoding="utf-8"))
-        return Run(path=path, **{k: data[k] for k in (
-            "job_id", "name", "submitted_at", "nodes", "world_size", "launcher")})
+        return Run(
+            path=path,
+            **{
+                k: data[k]
+                for k in ("job_id", "name", "submitted_at", "nodes", "world_size", "launcher")
+            },
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -125,8 +135,11 @@ def all_runs(root: Path) -> list[Run]:
     """Every recorded run under ``root``, newest first."""
     if not root.is_dir():
         return []
-    runs = [run for child in root.iterdir() if child.is_dir() and not child.is_symlink()
-            and (run := _load(child)) is not None]
+    runs = [
+        run
+        for child in root.iterdir()
+        if child.is_dir() and not child.is_symlink() and (run := _load(child)) is not None
+    ]
     return sorted(runs, key=lambda r: (r.submitted_at, r.path.name), reverse=True)
 
 

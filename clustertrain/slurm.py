@@ -24,10 +24,20 @@ from clustertrain.spec import time_seconds
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "REVOKED",
-})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
+)
 _KEY_VALUE = re.compile(r"(\w+)=(\S*)")
 
 
@@ -53,26 +63,36 @@ def slurm_environ() -> dict[str, str]:
     lookup for the controller and fail slowly; the local cluster's config is the better guess.
     """
     environ = dict(os.environ)
-    if "SLURM_CONF" not in environ and not Path("/etc/slurm/slurm.conf").exists():
+    conf = environ.get("SLURM_CONF")
+    if conf is not None and not Path(conf).is_file():
+        # Slurm's commands would retry reading it for 60 s before giving up.
+        raise UserError(
+            f"SLURM_CONF: {conf} does not exist; point it at the cluster's slurm.conf or unset it"
+        )
+    if conf is None and not Path("/etc/slurm/slurm.conf").exists():
         from clustertrain.cluster import local_slurm_conf
 
-        conf = local_slurm_conf()
-        if conf is not None:
-            environ["SLURM_CONF"] = str(conf)
+        local = local_slurm_conf()
+        if local is not None:
+            environ["SLURM_CONF"] = str(local)
     return environ
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, env=slurm_environ(),
-                              timeout=60, check=False)
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, env=slurm_environ(), timeout=60, check=False
+        )
     except FileNotFoundError as exc:
-        raise UserError(f"{argv[0]}: not found; run clustertrain where Slurm's commands are "
-                        "installed (a login node), or start a local cluster with "
-                        "`clustertrain cluster up`") from exc
+        raise UserError(
+            f"{argv[0]}: not found; run clustertrain where Slurm's commands are "
+            "installed (a login node), or start a local cluster with "
+            "`clustertrain cluster up`"
+        ) from exc
     except subprocess.TimeoutExpired as exc:
-        raise UserError(f"{argv[0]}: no answer from Slurm within 60 s; check "
-                        "`scontrol ping`") from exc
+        raise UserError(
+            f"{argv[0]}: no answer from Slurm within 60 s; check `scontrol ping`"
+        ) from exc
 
 
 def _first_error_line(text: str) -> str:
@@ -119,12 +139,14 @@ class Slurm:
         shown = self._call("scontrol", "show", "job", "--oneliner", job_id)
         if shown.returncode == 0 and shown.stdout.strip():
             return parse_scontrol_job(job_id, shown.stdout)
-        accounted = self._call("sacct", "-j", job_id, "-X", "-n", "-P",
-                               "-o", "JobID,State,NodeList,Elapsed,ExitCode")
+        accounted = self._call(
+            "sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,NodeList,Elapsed,ExitCode"
+        )
         if accounted.returncode == 0 and accounted.stdout.strip():
             return parse_sacct(job_id, accounted.stdout)
-        completed = self._call("sacct", "--completion", "-j", job_id, "-n", "-P",
-                               "-o", "JobID,State,NodeList,Elapsed")
+        completed = self._call(
+            "sacct", "--completion", "-j", job_id, "-n", "-P", "-o", "JobID,State,NodeList,Elapsed"
+        )
         if completed.returncode == 0 and completed.stdout.strip():
             return parse_sacct(job_id, completed.stdout)
         return JobState(job_id=job_id, state="UNKNOWN")
@@ -141,12 +163,16 @@ class Slurm:
         version = self._call("sinfo", "--version")
         for done in (parts, nodes):
             if done.returncode != 0:
-                raise UserError(f"cannot read the cluster's partitions: "
-                                f"{_first_error_line(done.stderr)}; is Slurm reachable "
-                                "(`scontrol ping`)?")
-        return ClusterInfo(version=version.stdout.strip(),
-                           partitions=parse_partitions(parts.stdout),
-                           nodes=parse_nodes(nodes.stdout))
+                raise UserError(
+                    f"cannot read the cluster's partitions: "
+                    f"{_first_error_line(done.stderr)}; is Slurm reachable "
+                    "(`scontrol ping`)?"
+                )
+        return ClusterInfo(
+            version=version.stdout.strip(),
+            partitions=parse_partitions(parts.stdout),
+            nodes=parse_nodes(nodes.stdout),
+        )
 
     def accounting_works(self) -> bool:
         return self._call("sacct", "--noheader", "-X", "--starttime", "now").returncode == 0
@@ -155,8 +181,9 @@ class Slurm:
         """The batch script as Slurm stored it at submission."""
         done = self._call("scontrol", "write", "batch_script", job_id, "-")
         if done.returncode != 0:
-            raise UserError(f"scontrol write batch_script {job_id}: "
-                            f"{_first_error_line(done.stderr)}")
+            raise UserError(
+                f"scontrol write batch_script {job_id}: {_first_error_line(done.stderr)}"
+            )
         return done.stdout
 
 
@@ -183,8 +210,13 @@ def parse_sacct(job_id: str, text: str) -> JobState:
     rows = [line.split("|") for line in text.splitlines() if line.strip()]
     rows = [row for row in rows if row[0] == job_id] or rows
     row = rows[-1] + [""] * 5
-    return JobState(job_id=job_id, state=row[1].split(" ")[0] or "UNKNOWN", nodes=row[2],
-                    elapsed=row[3], exit_code=row[4])
+    return JobState(
+        job_id=job_id,
+        state=row[1].split(" ")[0] or "UNKNOWN",
+        nodes=row[2],
+        elapsed=row[3],
+        exit_code=row[4],
+    )
 
 
 def parse_partitions(text: str) -> tuple[Partition, ...]:
@@ -196,14 +228,17 @@ def parse_partitions(text: str) -> tuple[Partition, ...]:
             continue
         max_nodes = fields.get("MaxNodes", "UNLIMITED")
         max_time = fields.get("MaxTime", "UNLIMITED")
-        parts.append(Partition(
-            name=fields["PartitionName"],
-            default=fields.get("Default") == "YES",
-            max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
-            max_time_s=time_seconds(max_time) if max_time not in ("UNLIMITED", "INFINITE")
-            else None,
-            state=fields.get("State", "UNKNOWN"),
-        ))
+        parts.append(
+            Partition(
+                name=fields["PartitionName"],
+                default=fields.get("Default") == "YES",
+                max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
+                max_time_s=time_seconds(max_time)
+                if max_time not in ("UNLIMITED", "INFINITE")
+                else None,
+                state=fields.get("State", "UNKNOWN"),
+            )
+        )
     return tuple(parts)
 
 

@@ -25,13 +25,40 @@ _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MEM = re.compile(r"\d+[KMGT]?")
 _DEPENDENCY = re.compile(r"[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*|singleton")
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|\[\]*:()!-]{1,256}")
-_MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
-               "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
+_MAIL_TYPES = {
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+}
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
 _SBATCH_OPT = re.compile(r"--[a-z][a-z0-9-]*(=[^\x00-\x1f\x7f]*)?")
 # Options the renderer owns: letting them through twice would make the script contradict itself.
-_OWNED_OPTS = {"nodes", "ntasks-per-node", "ntasks", "gpus-per-node", "gres", "cpus-per-task",
-               "time", "job-name", "output", "error", "signal", "chdir", "open-mode", "requeue"}
+_OWNED_OPTS = {
+    "nodes",
+    "ntasks-per-node",
+    "ntasks",
+    "gpus-per-node",
+    "gres",
+    "cpus-per-task",
+    "time",
+    "job-name",
+    "output",
+    "error",
+    "signal",
+    "chdir",
+    "open-mode",
+    "requeue",
+}
 # Slurm's time formats (sbatch(1), --time); "25:99" is minutes:seconds with 99 seconds: refused.
 _TIME = re.compile(
     r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?)"
@@ -100,13 +127,17 @@ def build_spec(job_file: Mapping[str, Any] | None = None, **overrides: Any) -> J
     values: dict[str, Any] = {}
     if job_file is not None:
         if not isinstance(job_file, Mapping):
-            raise FieldError("job file", type(job_file).__name__,
-                             "a job file must be a YAML mapping of field: value")
+            raise FieldError(
+                "job file",
+                type(job_file).__name__,
+                "a job file must be a YAML mapping of field: value",
+            )
         unknown = [key for key in job_file if key not in FIELDS]
         if unknown:
             key = min(unknown, key=str)
-            raise FieldError(str(key), job_file[key],
-                             "unknown field; valid fields: " + ", ".join(FIELDS))
+            raise FieldError(
+                str(key), job_file[key], "unknown field; valid fields: " + ", ".join(FIELDS)
+            )
         values.update(job_file)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return JobSpec(**{name: _VALIDATORS[name](name, value) for name, value in values.items()})
@@ -123,11 +154,15 @@ def load_job_file(path: str) -> Any:
         with Path(path).open("rb") as handle:
             data = handle.read(_MAX_JOB_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise FieldError("job file", path, "no such file; give the path of a YAML job file "
-                         "such as jobs/mnist.yaml") from None
+        raise FieldError(
+            "job file",
+            path,
+            "no such file; give the path of a YAML job file such as jobs/mnist.yaml",
+        ) from None
     except OSError as exc:
-        raise FieldError("job file", path, f"cannot be read ({exc.strerror}); check its "
-                         "permissions") from None
+        raise FieldError(
+            "job file", path, f"cannot be read ({exc.strerror}); check its permissions"
+        ) from None
     if len(data) > _MAX_JOB_FILE_BYTES:
         raise FieldError("job file", path, "is larger than 1 MiB; a job file is a short mapping")
     try:
@@ -139,8 +174,9 @@ def load_job_file(path: str) -> Any:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise FieldError("job file", path, f"is not valid YAML{line}: "
-                         f"{getattr(exc, 'problem', None) or exc}") from None
+        raise FieldError(
+            "job file", path, f"is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}"
+        ) from None
 
 
 def _int(low: int, high: int) -> Any:
@@ -148,6 +184,7 @@ def _int(low: int, high: int) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise FieldError(name, value, f"must be an integer from {low} to {high}")
         return value
+
     return check
 
 
@@ -179,14 +216,16 @@ def _pattern(regex: re.Pattern[str], valid: str) -> Any:
         if not isinstance(value, str) or not regex.fullmatch(value):
             raise FieldError(name, value, valid)
         return value
+
     return check
 
 
 def _name(name: str, value: Any) -> str:
     text = _text(name, value, max_len=128)
     if not text or not text.isprintable() or "%" in text:
-        raise FieldError(name, value,
-                         "must be 1-128 printable characters without '%' (e.g. mnist-ddp)")
+        raise FieldError(
+            name, value, "must be 1-128 printable characters without '%' (e.g. mnist-ddp)"
+        )
     return text
 
 
@@ -233,16 +272,21 @@ def _launcher(name: str, value: Any) -> str:
 def _script(name: str, value: Any) -> str:
     text = _text(name, value, max_len=1024)
     if not text or text.startswith("-") or not text.isprintable():
-        raise FieldError(name, value,
-                         "must be the path of a Python script, e.g. jobs/mnist/train.py")
+        raise FieldError(
+            name, value, "must be the path of a Python script, e.g. jobs/mnist/train.py"
+        )
     return text
 
 
 def _args(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise FieldError(name, value, "must be a list of strings, e.g. [--epochs, '3']")
-    return tuple(_text(f"{name}[{i}]", str(v) if isinstance(v, int | float) and not isinstance(
-        v, bool) else v) for i, v in enumerate(value))
+    return tuple(
+        _text(
+            f"{name}[{i}]", str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+        )
+        for i, v in enumerate(value)
+    )
 
 
 def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
@@ -259,8 +303,9 @@ def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
     checked = []
     for key, val in value.items():
         if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
-            raise FieldError(f"{name} key", key,
-                             "must be a shell variable name like OMP_NUM_THREADS")
+            raise FieldError(
+                f"{name} key", key, "must be a shell variable name like OMP_NUM_THREADS"
+            )
         if isinstance(val, bool) or not isinstance(val, str | int | float):
             raise FieldError(f"{name}.{key}", val, "must be a string or a number")
         checked.append((key, _text(f"{name}.{key}", str(val))))

@@ -24,4 +24,3 @@ def submit_job(job: RenderedJob, slurm: Slurm | None = None, check: bool = True)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
-

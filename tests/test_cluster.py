@@ -17,8 +17,9 @@ def conf_lines(text: str, prefix: str) -> list[str]:
 
 
 def test_node_lines_have_own_port_and_loopback_address(tmp_path: Path) -> None:
-    layout = cluster.Layout(nodes=2, cpus_per_node=8, gpus_per_node=2, base_port=7000,
-                            state_dir=tmp_path)
+    layout = cluster.Layout(
+        nodes=2, cpus_per_node=8, gpus_per_node=2, base_port=7000, state_dir=tmp_path
+    )
     text = cluster.render_slurm_conf(layout, "host")
     assert conf_lines(text, "NodeName=") == [
         "NodeName=node1 NodeAddr=127.0.0.1 NodeHostname=node1 Port=7001 CPUs=8"
@@ -27,12 +28,19 @@ def test_node_lines_have_own_port_and_loopback_address(tmp_path: Path) -> None:
         " RealMemory=4096 Gres=gpu:2 State=UNKNOWN",
     ]
     assert conf_lines(text, "PartitionName=") == [
-        "PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP"]
-    for setting in ["SlurmctldHost=host(127.0.0.1)", "SlurmctldPort=7000",
-                    "SlurmdParameters=config_overrides", "SchedulerParameters=batch_sched_delay=0",
-                    "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobRequeue=1",
-                    f"AuthInfo=socket={tmp_path}/munge/munged.socket",
-                    f"JobCompLoc={tmp_path}/spool/jobcomp.log"]:
+        "PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP"
+    ]
+    for setting in [
+        "SlurmctldHost=host(127.0.0.1)",
+        "SlurmctldPort=7000",
+        "SlurmdParameters=config_overrides",
+        "SchedulerParameters=batch_sched_delay=0",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobRequeue=1",
+        f"AuthInfo=socket={tmp_path}/munge/munged.socket",
+        f"JobCompLoc={tmp_path}/spool/jobcomp.log",
+    ]:
         assert setting in text.splitlines()
 
 
@@ -42,7 +50,9 @@ def test_gres_lines_name_one_device_file_per_gpu(tmp_path: Path) -> None:
     assert "AutoDetect=off" in text.splitlines()
     assert conf_lines(text, "NodeName=") == [
         f"NodeName=node{n} Name=gpu File={tmp_path}/gpu/node{n}/gpu{i}"
-        for n in (1, 2) for i in (0, 1)]
+        for n in (1, 2)
+        for i in (0, 1)
+    ]
 
 
 def test_no_gpus_means_no_gres(tmp_path: Path) -> None:
@@ -51,8 +61,9 @@ def test_no_gpus_means_no_gres(tmp_path: Path) -> None:
     assert conf_lines(cluster.render_gres_conf(layout), "NodeName=") == []
 
 
-@pytest.mark.parametrize("field, value", [("nodes", 0), ("cpus_per_node", -1),
-                                          ("gpus_per_node", 1.5), ("base_port", 80)])
+@pytest.mark.parametrize(
+    "field, value", [("nodes", 0), ("cpus_per_node", -1), ("gpus_per_node", 1.5), ("base_port", 80)]
+)
 def test_bad_layout_is_a_user_error(field: str, value: object) -> None:
     with pytest.raises(UserError, match=field):
         cluster.Layout(**{field: value})  # type: ignore[arg-type]
@@ -87,8 +98,9 @@ def live() -> cluster.Layout:
 def slurm(*args: str) -> str:
     conf = cluster.local_slurm_conf()
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    return subprocess.run(args, env=env, capture_output=True, text=True, check=True,
-                          timeout=60).stdout
+    return subprocess.run(
+        args, env=env, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
 
 
 @pytest.mark.slurm
@@ -110,8 +122,15 @@ def test_batch_job_gets_its_gpus(live: cluster.Layout, tmp_path: Path) -> None:
     if live.gpus_per_node < 2:
         pytest.skip("needs 2 GPUs per node")
     out = tmp_path / "out.txt"
-    slurm("sbatch", "--wait", "-N1", "--gpus-per-node=2", f"--output={out}",
-          "--wrap", "echo CUDA=$CUDA_VISIBLE_DEVICES")
+    slurm(
+        "sbatch",
+        "--wait",
+        "-N1",
+        "--gpus-per-node=2",
+        f"--output={out}",
+        "--wrap",
+        "echo CUDA=$CUDA_VISIBLE_DEVICES",
+    )
     assert out.read_text().strip() == "CUDA=0,1"
 
 

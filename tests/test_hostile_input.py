@@ -14,48 +14,90 @@ import pytest
 
 from tests.conftest import run_cli
 
-SHELL = ["$(touch PWNED)", "`touch PWNED`", "'; touch PWNED #", '"; touch PWNED #',
-         "a && touch PWNED", "a | touch PWNED", "> PWNED", "$((6*7))", "${IFS}x", "~root",
-         "naïve ☃ 日本語", "a\tb c"]
+SHELL = [
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "'; touch PWNED #",
+    '"; touch PWNED #',
+    "a && touch PWNED",
+    "a | touch PWNED",
+    "> PWNED",
+    "$((6*7))",
+    "${IFS}x",
+    "~root",
+    "naïve ☃ 日本語",
+    "a\tb c",
+]
 
 # (flags, field named in the refusal)
 REFUSED: list[tuple[list[str], str]] = [
-    (["--name", "a\nb"], "name"), (["--name", "x" * 10_000], "name"),
-    (["--name", "\u202eevil"], "name"), (["--name", "a\tb"], "name"), (["--name", "%j"], "name"),
-    (["--partition", "gpu;reboot"], "partition"), (["--partition", "$(id)"], "partition"),
-    (["--account", "`id`"], "account"), (["--qos", "a b"], "qos"),
-    (["--constraint", "a100&&$(id)"], "constraint"), (["--mem", "64G;rm"], "mem"),
-    (["--dependency", "afterok:1;id"], "dependency"), (["--mail-user", "a@b;id"], "mail_user"),
-    (["--mail-type", "ALL,$(id)"], "mail_type"), (["--env", "PATH;x=1"], "env key"),
-    (["--env", "=x"], "env key"), (["--env", "noequals"], "env"),
+    (["--name", "a\nb"], "name"),
+    (["--name", "x" * 10_000], "name"),
+    (["--name", "\u202eevil"], "name"),
+    (["--name", "a\tb"], "name"),
+    (["--name", "%j"], "name"),
+    (["--partition", "gpu;reboot"], "partition"),
+    (["--partition", "$(id)"], "partition"),
+    (["--account", "`id`"], "account"),
+    (["--qos", "a b"], "qos"),
+    (["--constraint", "a100&&$(id)"], "constraint"),
+    (["--mem", "64G;rm"], "mem"),
+    (["--dependency", "afterok:1;id"], "dependency"),
+    (["--mail-user", "a@b;id"], "mail_user"),
+    (["--mail-type", "ALL,$(id)"], "mail_type"),
+    (["--env", "PATH;x=1"], "env key"),
+    (["--env", "=x"], "env key"),
+    (["--env", "noequals"], "env"),
     (["--sbatch-option", "--nodes=2"], "sbatch_options"),
     (["--sbatch-option", "-N2"], "sbatch_options"),
     (["--sbatch-option", "--wrap=x\ny"], "sbatch_options"),
     (["--sbatch-option", "--x;id"], "sbatch_options"),
-    (["--time", "99999999"], "time"), (["--time", "-1"], "time"), (["--time", "1:2:3:4"], "time"),
-    (["--time", "$(id)"], "time"), (["--nodes", "99999999999"], "nodes"),
-    (["--nodes", "-5"], "nodes"), (["--gpus-per-node", "1e3"], "--gpus-per-node"),
-    (["--gpus-per-node", "65"], "gpus_per_node"), (["--cpus-per-task", "0"], "cpus_per_task"),
-    (["--launcher", "torchrun; id"], "launcher"), (["--script", "-c"], "script"),
-    (["--script", "a\nb.py"], "script"), (["--venv", "relative/venv"], "venv"),
-    (["--signal-lead", "0"], "signal_lead_s"), (["--max-restarts", "1000"], "max_restarts"),
+    (["--time", "99999999"], "time"),
+    (["--time", "-1"], "time"),
+    (["--time", "1:2:3:4"], "time"),
+    (["--time", "$(id)"], "time"),
+    (["--nodes", "99999999999"], "nodes"),
+    (["--nodes", "-5"], "nodes"),
+    (["--gpus-per-node", "1e3"], "--gpus-per-node"),
+    (["--gpus-per-node", "65"], "gpus_per_node"),
+    (["--cpus-per-task", "0"], "cpus_per_task"),
+    (["--launcher", "torchrun; id"], "launcher"),
+    (["--script", "-c"], "script"),
+    (["--script", "a\nb.py"], "script"),
+    (["--venv", "relative/venv"], "venv"),
+    (["--signal-lead", "0"], "signal_lead_s"),
+    (["--max-restarts", "1000"], "max_restarts"),
     (["--", "x" * 5000], "args[0]"),
 ]
 
 # (job file text, field named in the refusal)
 REFUSED_FILES: list[tuple[str, str]] = [
-    ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
-     "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nargs: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n", "a"),
+    (
+        "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+        "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nargs: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
+        "a",
+    ),
     ("x: &x [a,a,a,a,a,a,a,a,a]\ny: &y [*x,*x,*x,*x,*x,*x,*x,*x,*x]\n", "x"),
-    ("args: &y [[a,a],[a,a]]\n", "args[0]"), ("name: [a, b]\n", "name"),
-    ("nodes: 1e9\n", "nodes"), ("nodes: '4'\n", "nodes"), ("nodes: .inf\n", "nodes"),
-    ("nodes: true\n", "nodes"), ("nodes: null\n", "nodes"), ("env: {A: [1, 2]}\n", "env.A"),
+    ("args: &y [[a,a],[a,a]]\n", "args[0]"),
+    ("name: [a, b]\n", "name"),
+    ("nodes: 1e9\n", "nodes"),
+    ("nodes: '4'\n", "nodes"),
+    ("nodes: .inf\n", "nodes"),
+    ("nodes: true\n", "nodes"),
+    ("nodes: null\n", "nodes"),
+    ("env: {A: [1, 2]}\n", "env.A"),
     ("env: !!python/object/apply:os.system ['touch PWNED']\n", "job file"),
-    ("args: {a: 1}\n", "args"), ("name: !!binary aGVsbG8=\n", "name"),
-    ("time: 2020-01-01\n", "time"), ("1: 2\n", "1"), ("name: \"a\\0b\"\n", "name"),
-    ("env: {A: \"x\\0y\"}\n", "env.A"), ("[" * 50_000 + "]" * 50_000 + "\n", "job file"),
-    ("- nodes: 2\n", "job file"), ("nodes: 2\nnodes: [\n", "job file"),
-    ("\xff\xfe garbage", "job file"), ("gpus_per_node: -1\n", "gpus_per_node"),
+    ("args: {a: 1}\n", "args"),
+    ("name: !!binary aGVsbG8=\n", "name"),
+    ("time: 2020-01-01\n", "time"),
+    ("1: 2\n", "1"),
+    ('name: "a\\0b"\n', "name"),
+    ('env: {A: "x\\0y"}\n', "env.A"),
+    ("[" * 50_000 + "]" * 50_000 + "\n", "job file"),
+    ("- nodes: 2\n", "job file"),
+    ("nodes: 2\nnodes: [\n", "job file"),
+    ("\xff\xfe garbage", "job file"),
+    ("gpus_per_node: -1\n", "gpus_per_node"),
 ]
 
 # (flags, the value that must appear literally, shell-quoted, in the rendered job)
@@ -76,11 +118,14 @@ def fake_slurm(tmp_path: Path) -> tuple[dict[str, str], Path]:
     bin_dir.mkdir()
     for name in ("sbatch", "srun"):
         stub = bin_dir / name
-        stub.write_text(f"#!/bin/sh\ntouch {shlex.quote(str(called))}\n"
-                        "echo 'Submitted batch job 1'\n")
+        stub.write_text(
+            f"#!/bin/sh\ntouch {shlex.quote(str(called))}\necho 'Submitted batch job 1'\n"
+        )
         stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
-    return {"PATH": f"{bin_dir}:/usr/bin:/bin",
-            "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}, called
+    return {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
+    }, called
 
 
 def _assert_refused(done: object, field: str, sandbox: Path, called: Path) -> None:
@@ -97,29 +142,36 @@ def test_the_corpus_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize(("flags", "field"), REFUSED, ids=[str(i) for i in range(len(REFUSED))])
-def test_refused_flags(flags: list[str], field: str, tmp_path: Path,
-                       fake_slurm: tuple[dict[str, str], Path]) -> None:
+def test_refused_flags(
+    flags: list[str], field: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
+) -> None:
     env, called = fake_slurm
     done = run_cli("submit", *flags, cwd=tmp_path, env=env)
     _assert_refused(done, field, tmp_path, called)
 
 
-@pytest.mark.parametrize(("content", "field"), REFUSED_FILES,
-                         ids=[str(i) for i in range(len(REFUSED_FILES))])
-def test_refused_job_files(content: str, field: str, tmp_path: Path,
-                           fake_slurm: tuple[dict[str, str], Path]) -> None:
+@pytest.mark.parametrize(
+    ("content", "field"), REFUSED_FILES, ids=[str(i) for i in range(len(REFUSED_FILES))]
+)
+def test_refused_job_files(
+    content: str, field: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
+) -> None:
     env, called = fake_slurm
     job = tmp_path / "job.yaml"
-    job.write_bytes(content.encode("utf-8", "surrogateescape") if "\xff" not in content
-                    else content.encode("latin-1"))
+    job.write_bytes(
+        content.encode("utf-8", "surrogateescape")
+        if "\xff" not in content
+        else content.encode("latin-1")
+    )
     done = run_cli("submit", str(job), cwd=tmp_path, env=env)
     _assert_refused(done, field, tmp_path, called)
     assert field == "job file" or done.stderr.split("error: ")[1].startswith(field)
 
 
 @pytest.mark.parametrize(("flags", "value"), LITERAL, ids=[str(i) for i in range(len(LITERAL))])
-def test_accepted_values_are_literal(flags: list[str], value: str, tmp_path: Path,
-                                     fake_slurm: tuple[dict[str, str], Path]) -> None:
+def test_accepted_values_are_literal(
+    flags: list[str], value: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
+) -> None:
     env, called = fake_slurm
     done = run_cli("submit", "--dry-run", *flags, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
@@ -127,9 +179,9 @@ def test_accepted_values_are_literal(flags: list[str], value: str, tmp_path: Pat
     assert list(tmp_path.iterdir()) == [tmp_path / "bin"] and not called.exists()
 
 
-def test_a_job_file_that_cannot_be_read_is_one_line(tmp_path: Path,
-                                                   fake_slurm: tuple[dict[str, str], Path]
-                                                   ) -> None:
+def test_a_job_file_that_cannot_be_read_is_one_line(
+    tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
+) -> None:
     env, called = fake_slurm
     folder = tmp_path / "job.yaml"
     folder.mkdir()

@@ -30,8 +30,7 @@ def test_find_by_id_last_and_folder(tmp_path: Path) -> None:
     assert runs.find_run(tmp_path, str(second.path)) == second
 
 
-@pytest.mark.parametrize("ref", ["../../etc", "/etc", "../", "1; rm -rf /", "-1", "",
-                                 "x" * 5000])
+@pytest.mark.parametrize("ref", ["../../etc", "/etc", "../", "1; rm -rf /", "-1", "", "x" * 5000])
 def test_crafted_references_do_not_escape_the_runs_root(tmp_path: Path, ref: str) -> None:
     _make_run(tmp_path / "runs", "1")
     with pytest.raises(UserError):
@@ -49,15 +48,22 @@ def test_a_symlinked_run_folder_is_ignored(tmp_path: Path) -> None:
 def test_logs_are_prefixed_and_ordered_by_attempt(tmp_path: Path) -> None:
     run = _make_run(tmp_path, "3")
     (run.logs_dir / "slurm-3.out").write_text("batch says hi\n")
-    for attempt, node, text in ((1, "node2", "[rank1]: late\n"),
-                                (0, "node1", "[rank0]: epoch 1\nagent line\n")):
+    for attempt, node, text in (
+        (1, "node2", "[rank1]: late\n"),
+        (0, "node1", "[rank0]: epoch 1\nagent line\n"),
+    ):
         folder = run.logs_dir / f"attempt-{attempt}"
         folder.mkdir(exist_ok=True)
         (folder / f"{node}.out").write_text(text)
     (run.logs_dir / "attempt-0" / "node1.err").write_text("[rank0]: oops\n")
     lines = list(logs.read_all(run, logs.Filter()))
-    assert lines == ["batch | batch says hi", "node1 rank0 | epoch 1",
-                     "node1 launcher | agent line", "node1 rank0 ! oops", "node2 rank1 | late"]
+    assert lines == [
+        "batch | batch says hi",
+        "node1 rank0 | epoch 1",
+        "node1 launcher | agent line",
+        "node1 rank0 ! oops",
+        "node2 rank1 | late",
+    ]
     assert list(logs.read_all(run, logs.Filter(rank=1))) == ["node2 rank1 | late"]
     assert list(logs.read_all(run, logs.Filter(errors=True))) == ["node1 rank0 ! oops"]
     assert list(logs.read_all(run, logs.Filter(node="node2"))) == ["node2 rank1 | late"]
@@ -87,8 +93,14 @@ def test_follow_prints_lines_as_written_and_returns_the_final_state(tmp_path: Pa
             handle.write(" line\n")
 
     out = io.StringIO()
-    final = logs.follow(run, logs.Filter(), lambda: JobState("5", next(states)), out,
-                        clock=lambda: now[0], sleep=sleep)
+    final = logs.follow(
+        run,
+        logs.Filter(),
+        lambda: JobState("5", next(states)),
+        out,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
     assert final.state == "COMPLETED"
     printed = out.getvalue().splitlines()
     assert printed[:2] == ["node1 rank0 | first", "node1 rank0 | partial line"]
@@ -125,10 +137,12 @@ def test_first_failure_names_the_earliest_root_cause_and_its_traceback(tmp_path:
     run = _make_run(tmp_path, "6")
     folder = run.logs_dir / "attempt-0"
     folder.mkdir()
-    (folder / "node1.err").write_text(TORCHRUN_FAILURE.format(
-        time="2026-12-03_07:51:17", rank=3, code=1))
-    (folder / "node2.err").write_text(TORCHRUN_FAILURE.format(
-        time="2026-12-03_07:51:19", rank=0, code=-9))
+    (folder / "node1.err").write_text(
+        TORCHRUN_FAILURE.format(time="2026-12-03_07:51:17", rank=3, code=1)
+    )
+    (folder / "node2.err").write_text(
+        TORCHRUN_FAILURE.format(time="2026-12-03_07:51:19", rank=0, code=-9)
+    )
     failure = logs.first_failure(run)
     assert failure is not None
     assert (failure.rank, failure.node, failure.exit_code) == (3, "node1", 1)

@@ -13,15 +13,18 @@ from tests.test_slurm_parsing import PARTITIONS, SINFO
 CLUSTER = ClusterInfo("slurm 22.05", parse_partitions(PARTITIONS), parse_nodes(SINFO))
 
 
-@pytest.mark.parametrize(("request_", "names"), [
-    ({"nodes": 3}, "nodes: 3 requested but partition debug has only 2 usable"),
-    ({"gpus_per_node": 5}, "gpus_per_node: 5 GPUs"),
-    ({"cpus_per_task": 16}, "cpus_per_task: 16 CPUs"),  # the 16-CPU node is drained
-    ({"mem": "5G"}, "mem: 5120 MB"),
-    ({"partition": "nope"}, "partition: 'nope' does not exist; partitions here: debug, gpu"),
-    ({"partition": "gpu"}, "partition: gpu is DOWN"),
-    ({"nodes": 2, "gpus_per_node": 3}, "nodes: 2 requested but partition debug has only 1"),
-])
+@pytest.mark.parametrize(
+    ("request_", "names"),
+    [
+        ({"nodes": 3}, "nodes: 3 requested but partition debug has only 2 usable"),
+        ({"gpus_per_node": 5}, "gpus_per_node: 5 GPUs"),
+        ({"cpus_per_task": 16}, "cpus_per_task: 16 CPUs"),  # the 16-CPU node is drained
+        ({"mem": "5G"}, "mem: 5120 MB"),
+        ({"partition": "nope"}, "partition: 'nope' does not exist; partitions here: debug, gpu"),
+        ({"partition": "gpu"}, "partition: gpu is DOWN"),
+        ({"nodes": 2, "gpus_per_node": 3}, "nodes: 2 requested but partition debug has only 1"),
+    ],
+)
 def test_impossible_requests_are_refused(request_: dict[str, object], names: str) -> None:
     with pytest.raises(UserError) as caught:
         check(build_spec(**request_), CLUSTER)
@@ -29,8 +32,9 @@ def test_impossible_requests_are_refused(request_: dict[str, object], names: str
 
 
 def test_limits_of_the_partition() -> None:
-    up = ClusterInfo("x", parse_partitions(PARTITIONS.replace("State=DOWN", "State=UP")),
-                     parse_nodes(SINFO))
+    up = ClusterInfo(
+        "x", parse_partitions(PARTITIONS.replace("State=DOWN", "State=UP")), parse_nodes(SINFO)
+    )
     with pytest.raises(UserError, match="MaxNodes=2"):
         check(build_spec(partition="gpu", nodes=3), up)
     with pytest.raises(UserError, match="MaxTime=1-00:00:00"):

@@ -23,12 +23,25 @@ RUN_DIR, WORKDIR = "/shared/runs/mnist-golden", "/shared/project"
 CASES = {
     "1x1": {"nodes": 1},
     "1x8": {"nodes": 1, "gpus_per_node": 8},
-    "4x8": {"nodes": 4, "gpus_per_node": 8, "partition": "gpu", "account": "proj-1",
-            "mem": "0", "exclusive": True, "sbatch_options": ["--reservation=maint"],
-            "env": {"NCCL_DEBUG": "INFO"}, "args": ["--epochs", "3"]},
+    "4x8": {
+        "nodes": 4,
+        "gpus_per_node": 8,
+        "partition": "gpu",
+        "account": "proj-1",
+        "mem": "0",
+        "exclusive": True,
+        "sbatch_options": ["--reservation=maint"],
+        "env": {"NCCL_DEBUG": "INFO"},
+        "args": ["--epochs", "3"],
+    },
     "4x8-gres": {"nodes": 4, "gpus_per_node": 8, "gpus_as_gres": True},
-    "accelerate-2x4": {"nodes": 2, "gpus_per_node": 4, "launcher": "accelerate",
-                       "args": ["--strategy", "accelerate"], "venv": "/opt/venvs/train"},
+    "accelerate-2x4": {
+        "nodes": 2,
+        "gpus_per_node": 4,
+        "launcher": "accelerate",
+        "args": ["--strategy", "accelerate"],
+        "venv": "/opt/venvs/train",
+    },
 }
 
 
@@ -58,8 +71,9 @@ def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
         subprocess.run(["bash", "-n", str(path)], check=True)
         if shutil.which("shellcheck") is None:
             pytest.fail("shellcheck is not installed (apt-get install shellcheck)")
-        checked = subprocess.run(["shellcheck", "--shell=bash", str(path)],
-                                 capture_output=True, text=True)
+        checked = subprocess.run(
+            ["shellcheck", "--shell=bash", str(path)], capture_output=True, text=True
+        )
         assert checked.returncode == 0, checked.stdout
 
 

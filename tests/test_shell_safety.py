@@ -21,13 +21,31 @@ from clustertrain.errors import FieldError
 from clustertrain.render import render
 from clustertrain.spec import build_spec
 
-PAYLOADS = ["$(touch PWNED)", "`touch PWNED`", "'; touch PWNED; '", '"; touch PWNED; "',
-            "&& touch PWNED", "a b  c", "\\", "'", '"', "$HOME", "${IFS}", "\n touch PWNED",
-            "naïve ☃ 日本", "-", "--", "*", "~", "!!", "$((1+1))", "%j %N"]
+PAYLOADS = [
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "'; touch PWNED; '",
+    '"; touch PWNED; "',
+    "&& touch PWNED",
+    "a b  c",
+    "\\",
+    "'",
+    '"',
+    "$HOME",
+    "${IFS}",
+    "\n touch PWNED",
+    "naïve ☃ 日本",
+    "-",
+    "--",
+    "*",
+    "~",
+    "!!",
+    "$((1+1))",
+    "%j %N",
+]
 TEXT = st.one_of(
     st.sampled_from(PAYLOADS),
-    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-            max_size=30),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30),
     st.lists(st.sampled_from(PAYLOADS)).map("".join),
 )
 
@@ -61,41 +79,74 @@ def _run_job(spec_kwargs: dict[str, object], sandbox: Path, stubs: Path) -> dict
     Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
     Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
     record = sandbox / "record.json"
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_OUT": str(record), "SLURM_JOB_ID": "7",
-           "SLURM_JOB_NODELIST": "node1", "SLURM_NODEID": "0", "HOME": str(sandbox),
-           "SLURMD_NODENAME": "node1"}
-    done = subprocess.run(["bash", job.batch_path], cwd=sandbox, env=env, capture_output=True,
-                          text=True, timeout=30)
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "STUB_OUT": str(record),
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_NODEID": "0",
+        "HOME": str(sandbox),
+        "SLURMD_NODENAME": "node1",
+    }
+    done = subprocess.run(
+        ["bash", job.batch_path], cwd=sandbox, env=env, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stderr
     recorded: dict[str, object] = json.loads(record.read_text(encoding="utf-8"))
     assert sorted(os.listdir(sandbox)) == ["record.json", "run"], "something extra ran"
     return recorded
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(args=st.lists(TEXT, max_size=4), env_value=TEXT, launcher=st.sampled_from(
-    ["torchrun", "accelerate"]))
-def test_training_args_and_env_values_arrive_literally(args: list[str], env_value: str,
-                                                       launcher: str, stubs: Path,
-                                                       tmp_path_factory: pytest.TempPathFactory
-                                                       ) -> None:
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    args=st.lists(TEXT, max_size=4),
+    env_value=TEXT,
+    launcher=st.sampled_from(["torchrun", "accelerate"]),
+)
+def test_training_args_and_env_values_arrive_literally(
+    args: list[str],
+    env_value: str,
+    launcher: str,
+    stubs: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     sandbox = tmp_path_factory.mktemp("sandbox")
-    recorded = _run_job({"args": args, "env": {"USER_VALUE": env_value}, "launcher": launcher,
-                         "nodes": 2}, sandbox, stubs)
+    recorded = _run_job(
+        {"args": args, "env": {"USER_VALUE": env_value}, "launcher": launcher, "nodes": 2},
+        sandbox,
+        stubs,
+    )
     argv = recorded["argv"]
-    assert isinstance(argv, list) and argv[-len(args) - 1:] == ["jobs/mnist/train.py", *args]
+    assert isinstance(argv, list) and argv[-len(args) - 1 :] == ["jobs/mnist/train.py", *args]
     env = recorded["env"]
     assert isinstance(env, dict) and env["USER_VALUE"] == env_value
     assert env["HEAD_NODE"] == "node1" and env["RDZV_PORT"] == str(29500 + 7)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["name", "partition", "account", "qos", "constraint", "mem",
-                              "mail_user", "dependency", "script"]), value=TEXT)
-def test_slurm_fields_are_refused_or_inert(field: str, value: str, stubs: Path,
-                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    field=st.sampled_from(
+        [
+            "name",
+            "partition",
+            "account",
+            "qos",
+            "constraint",
+            "mem",
+            "mail_user",
+            "dependency",
+            "script",
+        ]
+    ),
+    value=TEXT,
+)
+def test_slurm_fields_are_refused_or_inert(
+    field: str, value: str, stubs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     try:
         build_spec(**{field: value})
     except FieldError as refused:

