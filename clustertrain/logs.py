@@ -27,6 +27,11 @@ _ROOT_CAUSE = re.compile(
     re.DOTALL,
 )
 FAILURE_TAIL_LINES = 6
+# What a rank says when it fails only because a peer died first (gloo, NCCL, c10d store).
+_PEER_FAILED = re.compile(
+    r"Connection closed by peer|remote worker crash|Connection reset|"
+    r"NCCL communicator was aborted|recvValueWithTimeout failed"
+)
 _ATTEMPT = re.compile(r"attempt-(\d+)")
 _NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
 # Files are cheap to poll; the scheduler is not (Slurm's docs warn against squeue loops).
@@ -116,7 +121,7 @@ def first_failure(run: Run) -> Failure | None:
     if not files:
         return None
     last_attempt = max(log.attempt for log in files)
-    found: list[tuple[str, Failure]] = []
+    found: list[tuple[tuple[str, bool, bool], Failure]] = []
     for log in files:
         if log.attempt != last_attempt:
             continue
@@ -130,12 +135,11 @@ def first_failure(run: Run) -> Failure | None:
             for line in text.splitlines()
             if (m := _RANK_PREFIX.match(line)) and int(m[1]) == rank
         ]
-        found.append(
-            (
-                cause["time"],
-                Failure(rank, log.node, int(cause["exit"]), tuple(own[-FAILURE_TAIL_LINES:])),
-            )
-        )
+        failure = Failure(rank, log.node, int(cause["exit"]), tuple(own[-FAILURE_TAIL_LINES:]))
+        # Reports carry whole seconds: on a tie, a rank killed by a signal, or one that did not
+        # just lose a peer, is the better suspect.
+        peer_died = bool(_PEER_FAILED.search("\n".join(own)))
+        found.append(((cause["time"], failure.exit_code >= 0, peer_died), failure))
     return min(found, key=lambda item: item[0])[1] if found else None
 
 
