@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -258,6 +259,34 @@ def init_process_group(
             f"{env.rendezvous_timeout_s:g} s as {env.describe()}: {reason[:200]}; check that all "
             f"{env.world_size} processes started and that the head node is reachable"
         ) from exc
+    _first_all_reduce(env, device)
+
+
+def _first_all_reduce(env: DistEnv, device: torch.device) -> None:
+    """One tiny all-reduce under the short timeout.
+
+    Joining the store only proves every rank reaches the head node; the collectives use direct
+    connections between ranks, which a firewall or a wrong interface can break. Without this,
+    that shows up as a hang at the first training step, for the long collective timeout.
+    """
+    import torch
+    import torch.distributed as dist
+
+    total = torch.ones(1, device=device)
+    reason = "it did not finish"
+    try:
+        work = dist.all_reduce(total, async_op=True)
+        finished = work.wait(timeout=timedelta(seconds=env.rendezvous_timeout_s))
+    except RuntimeError as exc:
+        finished, reason = False, (str(exc).strip().splitlines() or ["error"])[0][:200]
+    if finished is not False and int(total.item()) == env.world_size:
+        return
+    raise RendezvousError(
+        f"rank {env.rank} on {socket.gethostname()}: a first all-reduce across "
+        f"{env.world_size} ranks failed within {env.rendezvous_timeout_s:g} s ({reason}); "
+        "the ranks reach the head node but not each other: check firewalls and the network "
+        "interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)"
+    )
 
 
 def _rendezvous_store(env: DistEnv) -> torch.distributed.Store:

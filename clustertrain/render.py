@@ -89,7 +89,23 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         "out_dir": str(PurePosixPath(run_dir, "out")),
         "requeue_file": str(PurePosixPath(run_dir, REQUEUE_FILE)),
         "directives": directives,
-        "srun": " ".join(shell_word(w) for w in srun_argv(spec, run_dir)),
+        "srun": " ".join(
+            shell_word(w)
+            for w in srun_argv(spec, "bash", str(PurePosixPath(run_dir, LAUNCH_SCRIPT)))
+        ),
+        "node_check": " ".join(
+            shell_word(w)
+            for w in srun_argv(
+                spec,
+                "python",
+                "-m",
+                "clustertrain.nodecheck",
+                "probe",
+                Expand("$LOG_DIR/node-check"),
+            )
+        )
+        if spec.node_check
+        else "",
         "launch_lines": _argv_lines(launch_argv),
         "port_base": PORT_BASE,
         "port_span": PORT_SPAN,
@@ -161,16 +177,15 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
     return tuple(flags)
 
 
-def srun_argv(spec: JobSpec, run_dir: str) -> tuple[str, ...]:
-    """One launcher task per node; ``--kill-on-bad-exit`` ends the job when any node fails."""
+def srun_argv(spec: JobSpec, *command: str) -> tuple[str, ...]:
+    """``command`` once per node; ``--kill-on-bad-exit`` ends the job when any node fails."""
     return (
         "srun",
         "--kill-on-bad-exit=1",
         f"--nodes={spec.nodes}",
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",
-        "bash",
-        str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
+        *command,
     )
 
 

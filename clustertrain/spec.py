@@ -95,6 +95,7 @@ class JobSpec:
     signal_lead_s: int = 120
     max_restarts: int = 0
     max_requeues: int = 3
+    node_check: bool = True
     rdzv_timeout_s: int = 120
     venv: str | None = None
 
@@ -366,6 +367,7 @@ _VALIDATORS: dict[str, Any] = {
     "signal_lead_s": _int(10, 65535),
     "max_restarts": _int(0, 100),
     "max_requeues": _int(0, 100),
+    "node_check": _bool,
     "rdzv_timeout_s": _int(10, 3600),
     "venv": _venv,
 }

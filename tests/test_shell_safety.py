@@ -62,7 +62,9 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scripts = {
         "scontrol": "#!/bin/bash\necho node1\n",
         # Like srun, drop its own options and run the command on "the node".
-        "srun": '#!/bin/bash\nwhile [ "$1" != bash ]; do shift; done\nexec "$@"\n',
+        "srun": '#!/bin/bash\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec "$@"\n',
+        # The node check's Python: it reads no user value, so a stand-in that succeeds will do.
+        "python": "#!/bin/sh\nexit 0\n",
         "torchrun": STUB_RECORDER.format(python=sys.executable),
         "accelerate": STUB_RECORDER.format(python=sys.executable),
     }
