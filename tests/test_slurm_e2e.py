@@ -247,3 +247,36 @@ def test_submit_without_a_reachable_slurm_is_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        (["--nodes", "5"], "nodes: 5 requested but partition debug has only 4"),
+        (["--gpus-per-node", "3"], "gpus_per_node: 3 GPUs per node"),
+        (["--cpus-per-task", "64"], "cpus_per_task: 64 CPUs"),
+        (["--partition", "gpu"], "partition: 'gpu' does not exist"),
+    ],
+)
+def test_preflight_refuses_what_the_partition_cannot_run(
+    cluster: None, env: dict[str, str], flags: list[str], names: str
+) -> None:
+    done = run_cli("submit", *flags, env=env)
+    assert done.returncode == 2 and done.stderr.startswith(f"clustertrain: error: {names}")
+    assert not Path(env["CLUSTERTRAIN_RUNS_DIR"]).exists()
+
+
+def test_no_preflight_queues_it_anyway(cluster: None, env: dict[str, str]) -> None:
+    job_id, _ = submit(env, "--nodes", "5", "--no-preflight")
+    try:
+        # What preflight spares users: Slurm takes the job and leaves it pending for good.
+        status = run_cli("status", job_id, env=env).stdout
+        assert "PENDING" in status and "reason: Partition" in status, status
+    finally:
+        assert run_cli("cancel", job_id, env=env).returncode == 0
+
+
+def test_doctor_describes_the_cluster(cluster: None, env: dict[str, str]) -> None:
+    done = run_cli("doctor", env=env)
+    assert "partition debug (default): UP, 4/4 nodes usable" in done.stdout, done.stdout
+    assert "accounting (sacct): unavailable" in done.stdout
