@@ -68,6 +68,15 @@ def submit(env: dict[str, str], *args: str) -> tuple[str, Path]:
     return job_id[1], Path(run_dir[1])
 
 
+def submit_mnist(
+    env: dict[str, str], job_file: str, nodes: int, gpus: int, *train_args: str
+) -> tuple[str, Path]:
+    """Submit a shipped MNIST job file on ``nodes`` x ``gpus``, with these training arguments."""
+    return submit(
+        env, job_file, "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--", *train_args
+    )
+
+
 def follow(env: dict[str, str], job: str, *args: str) -> subprocess.CompletedProcess[str]:
     return run_cli("logs", job, "--follow", *args, env=env, timeout=JOB_TIMEOUT_S)
 
@@ -118,17 +127,8 @@ def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[
 
 
 def test_accelerate_2x2_is_one_real_4_process_run(cluster: None, env: dict[str, str]) -> None:
-    job_id, run_dir = submit(
-        env,
-        "jobs/mnist-accelerate.yaml",
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "2",
-        "--",
-        "--strategy",
-        "accelerate",
-        *QUICK,
+    job_id, run_dir = submit_mnist(
+        env, "jobs/mnist-accelerate.yaml", 2, 2, "--strategy", "accelerate", *QUICK
     )
     followed = follow(env, job_id)
     assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
@@ -137,18 +137,7 @@ def test_accelerate_2x2_is_one_real_4_process_run(cluster: None, env: dict[str, 
 
 
 def test_4_nodes_follow_shows_every_rank(cluster: None, env: dict[str, str]) -> None:
-    job_id, _ = submit(
-        env,
-        "jobs/mnist.yaml",
-        "--nodes",
-        "4",
-        "--gpus-per-node",
-        "0",
-        "--",
-        "--strategy",
-        "ddp",
-        *QUICK,
-    )
+    job_id, _ = submit_mnist(env, "jobs/mnist.yaml", 4, 0, "--strategy", "ddp", *QUICK)
     followed = follow(env, job_id)
     assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
     ranks = set(re.findall(r"^node\d+ rank(\d+) ", followed.stdout, re.MULTILINE))
@@ -163,43 +152,20 @@ def test_two_jobs_at_once_on_the_same_nodes_both_complete(
     cluster: None, env: dict[str, str]
 ) -> None:
     jobs = [
-        submit(
-            env,
-            "jobs/mnist.yaml",
-            "--nodes",
-            "2",
-            "--gpus-per-node",
-            "1",
-            "--cpus-per-task",
-            "1",
-            "--",
-            "--strategy",
-            "ddp",
-            *QUICK,
-        )
-        for _ in range(2)
+        submit_mnist(env, "jobs/mnist.yaml", 2, 1, "--strategy", "ddp", *QUICK) for _ in range(2)
     ]
     for job_id, run_dir in jobs:
         followed = follow(env, job_id)
         assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
         assert metrics(run_dir)[-1]["world_size"] == 2
+    # Slurm packs both onto the same first nodes; their rendezvous ports differ by job id.
+    nodes = {re.search(r"nodes: (\S+)", run_cli("status", j, env=env).stdout)[1] for j, _ in jobs}  # type: ignore[index]
+    assert len(nodes) == 1, nodes
 
 
 def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
-    job_id, _ = submit(
-        env,
-        "jobs/mnist.yaml",
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "1",
-        "--",
-        "--strategy",
-        "ddp",
-        "--recipe",
-        "fast",
-        "--epochs",
-        "50",
+    job_id, _ = submit_mnist(
+        env, "jobs/mnist.yaml", 2, 1, "--strategy", "ddp", "--recipe", "fast", "--epochs", "50"
     )
     deadline = time.monotonic() + 60
     while "RUNNING" not in run_cli("status", job_id, env=env).stdout:
@@ -215,17 +181,7 @@ def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
 def test_a_failing_job_reports_failed_and_the_rank_error(
     cluster: None, env: dict[str, str]
 ) -> None:
-    job_id, _ = submit(
-        env,
-        "jobs/mnist.yaml",
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "1",
-        "--",
-        "--strategy",
-        "no-such-strategy",
-    )
+    job_id, _ = submit_mnist(env, "jobs/mnist.yaml", 2, 1, "--strategy", "no-such-strategy")
     followed = follow(env, job_id)
     assert followed.returncode != 0 and "FAILED" in followed.stderr
     assert "FAILED" in run_cli("status", job_id, env=env).stdout
