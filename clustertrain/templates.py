@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from functools import cache
-from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -29,7 +29,12 @@ def environment() -> jinja2.Environment:
 
 
 def _load(name: str) -> str:
-    return files("clustertrain._templates").joinpath(name).read_text(encoding="utf-8")
+    # The package's folder, without importlib.resources: that import alone costs ~13 ms, a tenth
+    # of the dry run's budget. The templates are plain files in the installed package.
+    import importlib
+
+    folder = importlib.import_module("clustertrain._templates").__path__[0]
+    return Path(folder, name).read_text(encoding="utf-8")
 
 
 def render_template(name: str, **context: Any) -> str:
