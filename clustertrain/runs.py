@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -83,7 +84,13 @@ def write_run_files(job: RenderedJob) -> Path:
 
     path = Path(job.run_dir)
     try:
-        path.mkdir(parents=True, exist_ok=False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+    except OSError as exc:
+        raise UserError(
+            f"run folder: cannot create {path}: {exc.strerror}; choose another --runs-dir"
+        ) from exc
+    try:
         (path / "logs").mkdir()
         (path / "out").mkdir()
         (path / "spec.yaml").write_text(
@@ -93,6 +100,7 @@ def write_run_files(job: RenderedJob) -> Path:
         Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
         Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
     except OSError as exc:
+        shutil.rmtree(path, ignore_errors=True)
         raise UserError(
             f"run folder: cannot write {path}: {exc.strerror}; "
             "free some space or choose another --runs-dir"

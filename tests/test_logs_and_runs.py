@@ -155,3 +155,26 @@ def test_no_failure_report_means_no_failure(tmp_path: Path) -> None:
     (run.logs_dir / "attempt-0").mkdir()
     (run.logs_dir / "attempt-0" / "node1.err").write_text("[rank0]: a warning\n")
     assert logs.first_failure(run) is None
+
+
+def test_a_full_disk_leaves_no_half_written_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clustertrain.submission import submit_job
+
+    job = render(build_spec(), str(tmp_path / "runs" / "mnist-x"), "/w")
+    real_write = Path.write_text
+
+    def full_disk(self: Path, *args: object, **kwargs: object) -> int:
+        if self.name == "launch.sh":
+            raise OSError(28, "No space left on device")
+        return real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    class NeverCalled:
+        def submit(self, job: object) -> str:
+            raise AssertionError("nothing may be queued")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(UserError, match="No space left on device"):
+        submit_job(job, NeverCalled(), check=False)  # type: ignore[arg-type]
+    assert list((tmp_path / "runs").iterdir()) == []
