@@ -151,14 +151,14 @@ def test_4_nodes_follow_shows_every_rank(cluster: None, env: dict[str, str]) -> 
 def test_two_jobs_at_once_on_the_same_nodes_both_complete(
     cluster: None, env: dict[str, str]
 ) -> None:
-    jobs = [
-        submit_mnist(env, "jobs/mnist.yaml", 2, 1, "--strategy", "ddp", *QUICK) for _ in range(2)
-    ]
+    both = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1"]
+    both += ["--sbatch-option=--nodelist=node1,node2", "--", "--strategy", "ddp", *QUICK]
+    jobs = [submit(env, *both) for _ in range(2)]
     for job_id, run_dir in jobs:
         followed = follow(env, job_id)
         assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
         assert metrics(run_dir)[-1]["world_size"] == 2
-    # Slurm packs both onto the same first nodes; their rendezvous ports differ by job id.
+    # Both ran on node1 and node2 at once; their rendezvous ports differ by job id.
     nodes = {re.search(r"nodes: (\S+)", run_cli("status", j, env=env).stdout)[1] for j, _ in jobs}  # type: ignore[index]
     assert len(nodes) == 1, nodes
 
