@@ -31,8 +31,12 @@ def probe(head: str, port: int, is_head: bool) -> dict[str, Any]:
         found["error"] = f"cannot resolve {head}: {exc.strerror or exc}"
     if is_head:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As torch's TCPStore does: a requeued job reuses its port, and the last attempt's
+            # connections linger in TIME_WAIT for 60 s; only a live listener means "in use".
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("", port))
+                sock.listen()
             except OSError as exc:
                 found["error"] = f"rendezvous port {port} is in use ({exc.strerror})"
     return found
