@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -186,6 +188,39 @@ class _RankPrefixed:
         return getattr(self._stream, name)
 
 
+class StopRequest:
+    """Remembers a request to checkpoint and stop; the training loop reads it at step boundaries.
+
+    SIGUSR2 is Slurm's warning before the time limit (clustertrain's batch script passes it on to
+    every rank; `scancel --signal=USR2 JOB` sends it directly), SIGTERM is what Slurm sends on
+    preemption and `scancel`, KillWait seconds before SIGKILL. The handler only sets a flag:
+    a step interrupted half-way could not be checkpointed. USR2 must be installed explicitly:
+    clustertrain's launch script ignores it in the launcher, and workers inherit that.
+    """
+
+    SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        # Python runs handlers in the main thread only; elsewhere (a notebook's helper thread)
+        # the caller keeps its own handling.
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum).name
+
+
 @dataclass
 class Runtime:
     """What the training loop needs to know about the strategy it runs under."""
@@ -197,6 +232,7 @@ class Runtime:
     local_world_size: int
     device: torch.device
     accelerator: Any = None
+    stop: StopRequest = field(default_factory=StopRequest)
 
     @property
     def is_main(self) -> bool:
@@ -209,6 +245,18 @@ class Runtime:
     def log(self, message: str) -> None:
         if self.is_main:
             print(message, flush=True)
+
+    def stop_agreed(self) -> bool:
+        """Whether any rank was asked to stop; all ranks get the same answer (a collective).
+
+        The signal reaches the ranks at slightly different moments; agreeing at every step
+        boundary makes all of them stop after the same step.
+        """
+        if not self.distributed:
+            return self.stop.received is not None
+        flag = torch.tensor([int(self.stop.received is not None)], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
 
 
 def start_runtime(config: Config, launched: dist_env.DistEnv) -> Runtime:
@@ -332,11 +380,11 @@ def evaluate(
     return loss_sum / count, correct / count
 
 
-def _progress(rt: Runtime, total: int, epoch: int, config: Config) -> Any:
+def _progress(rt: Runtime, total: int, epoch: int, config: Config, done: int) -> Any:
     if rt.is_main and sys.stderr.isatty():
         from tqdm import tqdm
 
-        return tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", leave=False)
+        return tqdm(total=total, initial=done, desc=f"epoch {epoch}/{config.epochs}", leave=False)
     return None
 
 
@@ -350,8 +398,11 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
         sys.stdout = _RankPrefixed(sys.stdout, launched.rank)  # type: ignore[assignment]
         sys.stderr = _RankPrefixed(sys.stderr, launched.rank)  # type: ignore[assignment]
     rt = None
+    stop = StopRequest()
+    stop.install()
     try:
         rt = start_runtime(config, launched)
+        rt.stop = stop
         phases["process_group_ready"] = time.time()
         # One line from every rank, so a job's log shows where each one landed.
         print(
@@ -359,8 +410,14 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
             f"{os.environ.get('SLURMD_NODENAME') or os.uname().nodename}: {rt.device}",
             flush=True,
         )
-        return _train(config, rt, phases)
+        result = _train(config, rt, phases)
+        if rt.distributed:
+            # Tear down together: a rank that closes its gloo pairs while a peer is still in its
+            # last collective can abort that peer ("terminate called", seen once in 4-node jobs).
+            torch.distributed.barrier()
+        return result
     finally:
+        stop.uninstall()
         sys.stdout, sys.stderr = saved_streams
         if rt is not None and rt.accelerator is not None:
             rt.accelerator.end_training()
@@ -412,14 +469,27 @@ def _train(config: Config, rt: Runtime, phases: dict[str, float]) -> dict[str, A
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        checkpoint.restore_rng(state["rng"], rt.rank)
     if rt.strategy == "accelerate":
         model, optimizer, train_loader, test_loader, scheduler = rt.accelerator.prepare(
             model, optimizer, train_loader, test_loader, scheduler
         )
-    start_epoch = state["epoch"] + 1 if state is not None else 1
-    if state is not None:
+    start_epoch, resume_at = 1, None
+    if state is not None and state["step"] is None:
+        start_epoch = state["epoch"] + 1
+        # Restored after building and preparing, which may draw from the RNG: the first attempt
+        # drew the same before its first epoch.
+        checkpoint.restore_rng(state["ranks"][rt.rank]["rng"])
         rt.log(f"resuming at epoch {start_epoch} from {store.directory}")
+    elif state is not None:
+        start_epoch, mine = state["epoch"], state["ranks"][rt.rank]
+        resume_at = EpochPosition(
+            state["step"],
+            mine["loss_sum"].to(rt.device),
+            mine["train_s"],
+            state["epoch_s"],
+            mine["rng"],
+        )
+        rt.log(f"resuming at epoch {start_epoch} step {state['step'] + 1} from {store.directory}")
 
     # The checkpoint carries the metrics so far: metrics.jsonl is rewritten from it on resume,
     # so a kill between the checkpoint and the metrics line can neither lose nor repeat one.
@@ -431,12 +501,48 @@ def _train(config: Config, rt: Runtime, phases: dict[str, float]) -> dict[str, A
     target = config.target_acc if config.target_acc is not None else 0.99
     time_to_target: float | None = state["time_to_target_s"] if state is not None else None
     test_acc = history[-1]["test_acc"] if history else None
+
+    def training_state(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "key": key,
+            "history": history,
+            "time_to_target_s": time_to_target,
+            "ranks": ranks,
+            "model": _unwrap(rt, model).state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+        }
+
     for epoch in range(start_epoch, config.epochs + 1):
         epoch_start = time.time()
         (train_loader if rt.strategy == "accelerate" else sampler).set_epoch(epoch)
-        train_loss, images, train_s = _train_epoch(
-            config, rt, model, optimizer, scheduler, train_loader, epoch, phases
+        at, total = _train_epoch(
+            config, rt, model, optimizer, scheduler, train_loader, epoch, phases, resume_at
         )
+        resume_at = None
+        epoch_s = at.epoch_s + time.time() - epoch_start
+        if at.step < total:
+            # Stopped inside the epoch: every rank's running sums and RNG go into the checkpoint.
+            ranks = checkpoint.gather(
+                {
+                    "rng": checkpoint.rng_state(),
+                    "loss_sum": at.loss_sum.cpu(),
+                    "train_s": at.train_s,
+                },
+                rt.distributed,
+                rt.world_size,
+            )
+            saved, write_s = None, 0.0
+            if rt.is_main:
+                mid = {"epoch": epoch, "step": at.step, "epoch_s": epoch_s}
+                write_s = time.time()
+                saved = store.save(epoch, {**mid, **training_state(ranks)}, step=at.step)
+                write_s = time.time() - write_s
+            where = f"at epoch {epoch} step {at.step}/{total}"
+            return _stopped(config, rt, where, f"{saved} written in {write_s:.2f} s")
+        if rt.distributed:
+            torch.distributed.all_reduce(at.loss_sum)
+        train_loss, images = float(at.loss_sum[0] / at.loss_sum[1]), int(at.loss_sum[1])
         if not _schedule_per_step(config):
             scheduler.step()
         test_loss, test_acc = evaluate(config, rt, model, test_set, test_loader)
@@ -448,27 +554,17 @@ def _train(config: Config, rt: Runtime, phases: dict[str, float]) -> dict[str, A
             "train_loss": train_loss,
             "test_loss": test_loss,
             "test_acc": test_acc,
-            "images_per_s": images / train_s,
-            "epoch_s": now - epoch_start,
+            "images_per_s": images / at.train_s,
+            "epoch_s": at.epoch_s + now - epoch_start,
             "world_size": rt.world_size,
             "strategy": config.strategy,
         }
         history.append(record)
-        rng = checkpoint.gather_rng(rt.distributed, rt.world_size)
+        ranks = checkpoint.gather({"rng": checkpoint.rng_state()}, rt.distributed, rt.world_size)
+        saved = None
         if rt.is_main:
-            store.save(
-                epoch,
-                {
-                    "epoch": epoch,
-                    "key": key,
-                    "history": history,
-                    "time_to_target_s": time_to_target,
-                    "rng": rng,
-                    "model": _unwrap(rt, model).state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                },
-            )
+            end = {"epoch": epoch, "step": None}
+            saved = store.save(epoch, {**end, **training_state(ranks)})
             _append_json(metrics_path, record)
         rt.log(
             f"epoch {epoch}/{config.epochs}: train_loss {train_loss:.4f} test_loss "
@@ -478,6 +574,8 @@ def _train(config: Config, rt: Runtime, phases: dict[str, float]) -> dict[str, A
         if config.target_acc is not None and test_acc >= config.target_acc:
             rt.log(f"reached --target-acc {config.target_acc:.2%}; stopping")
             break
+        if epoch < config.epochs and rt.stop_agreed():
+            return _stopped(config, rt, f"after epoch {epoch}", f"{saved}")
     phases["end"] = time.time()
     done = {
         "event": "done",
@@ -493,23 +591,71 @@ def _train(config: Config, rt: Runtime, phases: dict[str, float]) -> dict[str, A
     return done
 
 
+@dataclass
+class EpochPosition:
+    """One rank's way through an epoch: what a mid-epoch checkpoint adds to the model's state."""
+
+    step: int
+    loss_sum: torch.Tensor  # [sum of loss x images, images] over this rank's steps so far
+    train_s: float = 0.0  # seconds in training steps, over every attempt
+    epoch_s: float = 0.0  # wall seconds of this epoch in earlier attempts
+    rng: dict[str, Any] | None = None  # restored once the steps already done are skipped
+
+
+def _stopped(config: Config, rt: Runtime, where: str, saved: str) -> dict[str, Any]:
+    """After a stop request: rank 0 has checkpointed; it asks the batch script for a requeue.
+
+    The barrier keeps every rank alive until the checkpoint is durable; then all exit 0.
+    """
+    requeue = os.environ.get("CLUSTERTRAIN_REQUEUE_FILE")
+    if rt.is_main:
+        if requeue:
+            Path(requeue).touch()
+        # The signal may have reached another rank only (they agree at every step boundary).
+        why = rt.stop.received or "a signal to another rank"
+        then = f"requeue requested ({requeue})" if requeue else "start it again to resume"
+        rt.log(f"stopping on {why} {where}: checkpoint {saved}; {then}")
+    if rt.distributed:
+        torch.distributed.barrier()
+    return {
+        "event": "stopped",
+        "where": where,
+        "checkpoint": saved,
+        "world_size": rt.world_size,
+        "strategy": config.strategy,
+    }
+
+
 def _train_epoch(
     config: Config,
     rt: Runtime,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-    loader: Iterator[Any],
+    loader: Any,
     epoch: int,
     phases: dict[str, float],
-) -> tuple[float, int, float]:
-    """One pass; returns the mean loss over all ranks, images seen by all ranks, seconds."""
+    resume_at: EpochPosition | None,
+) -> tuple[EpochPosition, int]:
+    """One pass, or its rest after ``resume_at``, until its end or a stop all ranks agreed on.
+
+    Returns where this rank stopped and the number of steps in the epoch.
+    """
     model.train()
-    total = len(loader)  # type: ignore[arg-type]
-    bar = _progress(rt, total, epoch, config)
-    loss_sum = torch.zeros(2, dtype=torch.float64, device=rt.device)
+    total = len(loader)
+    at = resume_at or EpochPosition(0, torch.zeros(2, dtype=torch.float64, device=rt.device))
+    bar = _progress(rt, total, epoch, config, at.step)
+    # Starting the iterator draws from the RNG as in an uninterrupted epoch; the batches already
+    # done are then read and dropped (the sampler's order depends on seed and epoch only), and
+    # only then are the RNG states restored. Reading is cheap for in-memory MNIST; a dataset
+    # with costly decoding would skip the indices in its sampler instead.
+    batches: Iterator[Any] = iter(loader)
+    for _ in range(at.step):
+        next(batches)
+    if at.rng is not None:
+        checkpoint.restore_rng(at.rng)
     start = time.time()
-    for step, (x, y) in enumerate(loader, 1):
+    for step, (x, y) in enumerate(batches, at.step + 1):
         if rt.strategy != "accelerate":
             x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
         loss = _loss(config, model(x), y)
@@ -522,27 +668,29 @@ def _train_epoch(
         if _schedule_per_step(config):
             scheduler.step()
         phases.setdefault("first_step", time.time())
-        loss_sum += torch.stack(
+        at.loss_sum += torch.stack(
             [
                 loss.detach().double() * len(y),
                 torch.tensor(len(y), dtype=torch.float64, device=rt.device),
             ]
         )
+        at.step = step
         if bar is not None:
             bar.update()
         elif rt.is_main and (step % config.log_every == 0 or step == total):
-            rate = int(loss_sum[1]) * rt.world_size / (time.time() - start)
+            rate = int(at.loss_sum[1]) * rt.world_size / (at.train_s + time.time() - start)
             print(
                 f"epoch {epoch}/{config.epochs} step {step}/{total} loss {loss.item():.4f} "
                 f"{rate:.0f} img/s",
                 flush=True,
             )
-    elapsed = time.time() - start
+        # At the last step the epoch finishes first: its own checkpoint serves.
+        if step < total and rt.stop_agreed():
+            break
+    at.train_s += time.time() - start
     if bar is not None:
         bar.close()
-    if rt.distributed:
-        torch.distributed.all_reduce(loss_sum)
-    return float(loss_sum[0] / loss_sum[1]), int(loss_sum[1]), elapsed
+    return at, total
 
 
 def _unwrap(rt: Runtime, model: nn.Module) -> nn.Module:
