@@ -38,10 +38,10 @@ POLL_S = 0.1
 NOTES = """
 Notes: Slurm holds a requeued job about 120 s before it may start again (its BeginTime); an
 admin can skip that with `scontrol update jobid=ID StartTime=now`. The rendezvous-port wait is
-the node check of `clustertrain/nodecheck.py` binding the port without SO_REUSEADDR, which fails
-while the previous attempt's connections are in TIME_WAIT (60 s on Linux); Slurm's own delay
-always covers it. The time lost per preemption is the restart cost (srun, node check, launcher,
-imports, data, rendezvous) on this 2-core host: no training step is lost or repeated.
+how long the node check of `clustertrain/nodecheck.py` takes to bind the port again (at once
+since it binds with SO_REUSEADDR; 60 s of TIME_WAIT before). The time lost per preemption is
+the restart cost (srun, node check, launcher, imports, data, rendezvous) on this 2-core host:
+no training step is lost or repeated.
 """
 
 
@@ -107,9 +107,8 @@ class Preemption:
         self.released: float | None = None
 
     def release_now(self) -> None:
-        """Skip Slurm's requeue delay, once the node check can bind the rendezvous port again:
-        it binds without SO_REUSEADDR, which fails while the last attempt's connections linger
-        in TIME_WAIT (up to 60 s)."""
+        """Skip Slurm's requeue delay, once the node check's port probe passes (at once since it
+        binds with SO_REUSEADDR; before, it waited out the last attempt's TIME_WAIT, 60 s)."""
         port = rendezvous_port(int(self.job_id))
         self.port_free = _wait("port", lambda: "error" not in probe("127.0.0.1", port, True))
         # slurmd revokes the last attempt's credential with a time in whole seconds: a new one

@@ -345,10 +345,9 @@ def _signal_mid_epoch(job_id: str, run_dir: Path, attempt: int, epoch: int) -> N
     )
     _slurm("scancel", "--signal=USR2", job_id)
     # The batch script requeues the job; Slurm then holds it back (BeginTime, about 120 s after a
-    # requeue). As root (the local cluster's admin) the test lets it start at once, but only once
-    # the next attempt's node check can bind the rendezvous port: it binds without SO_REUSEADDR,
-    # which fails while the last attempt's connections linger in TIME_WAIT (up to 60 s), a wait
-    # that Slurm's own requeue delay always covers.
+    # requeue). As root (the local cluster's admin) the test lets it start at once, once the next
+    # attempt's node check can bind the rendezvous port (at once, since the probe binds with
+    # SO_REUSEADDR; without it the last attempt's TIME_WAIT connections held the port for 60 s).
     _wait(f"job {job_id} requeued", lambda: _job_state(job_id) == "PENDING", 120)
     port = rendezvous_port(int(job_id))
     _wait(f"port {port} free", lambda: "error" not in probe("127.0.0.1", port, is_head=True), 90)
