@@ -31,7 +31,7 @@ from clustertrain.env import rendezvous_port
 from clustertrain.nodecheck import probe
 from tests.conftest import ROOT, run_cli
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
-from tests.test_train import BIN, TRAIN, _clean_env, _free_port
+from tests.test_train import BIN, TRAIN, _clean_env, accelerate_2
 
 # 4,000 images in batches of 32 on 2 ranks: 63 steps an epoch, a few seconds each, so a signal
 # sent when step 20 is reported lands well inside the epoch.
@@ -92,21 +92,7 @@ def _workers(launcher_pid: int) -> list[int]:
 def _launcher(strategy: str) -> list[str]:
     if strategy == "ddp":
         return [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2"]
-    return [
-        str(BIN / "accelerate"),
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-    ]
+    return accelerate_2()
 
 
 def _run(

@@ -47,6 +47,14 @@ def _free_port(low: int = 0, high: int = 0) -> int:
     raise RuntimeError(f"no free port in [{low}, {high})")
 
 
+def accelerate_2() -> list[str]:
+    """`accelerate launch` of 2 real processes on this machine, on a free port."""
+    return [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"] + [
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(_free_port()),
+    ]  # fmt: skip
+
+
 def _run(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv, cwd=ROOT, env=_clean_env(**env), capture_output=True, text=True, timeout=300
@@ -147,22 +155,7 @@ def test_ddp_from_slurm_variables_only(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_accelerate_launch_two_cpu_processes(data_dir: Path, tmp_path: Path) -> None:
-    launcher = [
-        str(BIN / "accelerate"),
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-    ]
-    _train(data_dir, tmp_path, "--strategy", "accelerate", *SMALL, launcher=launcher)
+    _train(data_dir, tmp_path, "--strategy", "accelerate", *SMALL, launcher=accelerate_2())
     _check_run(tmp_path, "accelerate", 2)
 
 
