@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from clustertrain.env import rendezvous_port  # noqa: E402
 from clustertrain.nodecheck import probe  # noqa: E402
-from clustertrain.slurm import slurm_environ  # noqa: E402
+from clustertrain.slurm import Slurm, slurm_environ  # noqa: E402
 
 TRAIN_ARGS = ["--strategy", "ddp", "--recipe", "fast", "--limit-train", "4000"]
 TRAIN_ARGS += ["--batch-size", "32", "--lr", "0.05", "--epochs", "3", "--log-every", "5"]
@@ -50,11 +50,6 @@ def _slurm(*args: str) -> str:
         list(args), capture_output=True, text=True, env=slurm_environ(), check=True, timeout=30
     )
     return done.stdout.strip()
-
-
-def _state(job_id: str) -> str:
-    """The job's state; empty once it has left the queue."""
-    return _slurm("squeue", "-h", "-j", job_id, "-o", "%T")
 
 
 def _wait(what: str, ready: Callable[[], bool], timeout_s: float = 600) -> float:
@@ -99,7 +94,7 @@ class Preemption:
         _wait("mid-epoch", lambda: bool(mid_epoch.search(_log(run_dir, attempt))))
         self.signalled = time.monotonic()
         _slurm("scancel", "--signal=USR2", job_id)
-        self.requeued = _wait("requeue", lambda: _state(job_id) == "PENDING")
+        self.requeued = _wait("requeue", lambda: Slurm().state(job_id).state == "PENDING")
         stop = re.search(r"stopping on .* written in ([\d.]+) s", _log(run_dir, attempt))
         if stop is None:
             raise RuntimeError(f"attempt {attempt} did not checkpoint:\n{_log(run_dir, attempt)}")
@@ -118,7 +113,7 @@ class Preemption:
         self.released = time.monotonic()
 
     def back(self) -> None:
-        self.running = _wait("running", lambda: _state(self.job_id) == "RUNNING")
+        self.running = _wait("running", lambda: Slurm().state(self.job_id).state == "RUNNING")
         resumed = re.compile(r"resuming at epoch \d+ step \d+ from")
         self.training = _wait(
             "resumed", lambda: bool(resumed.search(_log(self.run_dir, self.attempt + 1)))
@@ -128,8 +123,8 @@ class Preemption:
 def _run_time(job_id: str, start: float | None = None) -> float:
     """Seconds from RUNNING (or ``start``) until the job leaves RUNNING."""
     if start is None:
-        start = _wait("running", lambda: _state(job_id) == "RUNNING")
-    return _wait("end", lambda: _state(job_id) != "RUNNING") - start
+        start = _wait("running", lambda: Slurm().state(job_id).state == "RUNNING")
+    return _wait("end", lambda: Slurm().state(job_id).state != "RUNNING") - start
 
 
 def main() -> None:
@@ -139,7 +134,7 @@ def main() -> None:
     env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": tempfile.mkdtemp(prefix="fault-tolerance-")}
 
     job_id, run_dir = _submit(env)
-    first_start = _wait("running", lambda: _state(job_id) == "RUNNING")
+    first_start = _wait("running", lambda: Slurm().state(job_id).state == "RUNNING")
     slow = Preemption(job_id, run_dir, attempt=0, epoch=1)
     slow.back()  # Slurm's own requeue delay
     fast = Preemption(job_id, run_dir, attempt=1, epoch=2)

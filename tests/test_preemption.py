@@ -29,6 +29,7 @@ import torch
 
 from clustertrain.env import rendezvous_port
 from clustertrain.nodecheck import probe
+from clustertrain.slurm import Slurm
 from tests.conftest import ROOT, run_cli
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 from tests.test_train import BIN, TRAIN, _clean_env, accelerate_2
@@ -304,10 +305,6 @@ def _slurm(*args: str) -> str:
     return done.stdout.strip()
 
 
-def _job_state(job_id: str) -> str:
-    return _slurm("squeue", "-h", "-j", job_id, "-o", "%T")
-
-
 def _wait(what: str, ready: Callable[[], bool], deadline_s: float = 180) -> None:
     deadline = time.monotonic() + deadline_s
     while not ready():
@@ -334,7 +331,7 @@ def _signal_mid_epoch(job_id: str, run_dir: Path, attempt: int, epoch: int) -> N
     # requeue). As root (the local cluster's admin) the test lets it start at once, once the next
     # attempt's node check can bind the rendezvous port (at once, since the probe binds with
     # SO_REUSEADDR; without it the last attempt's TIME_WAIT connections held the port for 60 s).
-    _wait(f"job {job_id} requeued", lambda: _job_state(job_id) == "PENDING", 120)
+    _wait(f"job {job_id} requeued", lambda: Slurm().state(job_id).state == "PENDING", 120)
     port = rendezvous_port(int(job_id))
     _wait(f"port {port} free", lambda: "error" not in probe("127.0.0.1", port, is_head=True), 90)
     # slurmd revokes the last attempt's credential with a time in whole seconds: a new one issued
