@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
+from clustertrain import protocol
 from clustertrain.errors import UserError
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class DistEnv:
     local_world_size: int = 1
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
-    master_port: int = 29500
+    master_port: int = protocol.PORT_BASE
     source: Source = "single"
     rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S
     # The variables this was read from, for error messages.
@@ -96,9 +97,7 @@ class DistEnv:
         return f"rank {self.rank} of {self.world_size} from {self.source} variables ({seen})"
 
 
-def rendezvous_port(job_id: int) -> int:
-    """The rendezvous port of a Slurm job; the sbatch renderer uses the same formula."""
-    return 29500 + job_id % 20000
+rendezvous_port = protocol.rendezvous_port
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -156,7 +155,7 @@ def _tasks_on_node(tasks_per_node: str, node: int) -> int | None:
 def from_environ(environ: Mapping[str, str] | None = None) -> DistEnv:
     environ = os.environ if environ is None else environ
     try:
-        timeout = float(environ.get("CLUSTERTRAIN_RDZV_TIMEOUT_S", DEFAULT_RENDEZVOUS_TIMEOUT_S))
+        timeout = float(environ.get(protocol.ENV_RDZV_TIMEOUT_S, DEFAULT_RENDEZVOUS_TIMEOUT_S))
         if "RANK" in environ and "WORLD_SIZE" in environ:
             return _from_torchrun(environ, timeout)
         if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ:
@@ -179,7 +178,7 @@ def _from_torchrun(environ: Mapping[str, str], timeout: float) -> DistEnv:
         local_world_size=int(environ.get("LOCAL_WORLD_SIZE", str(world_size))),
         node_rank=int(environ.get("GROUP_RANK", "0")),
         master_addr=environ.get("MASTER_ADDR", "127.0.0.1"),
-        master_port=int(environ.get("MASTER_PORT", "29500")),
+        master_port=int(environ.get("MASTER_PORT", protocol.PORT_BASE)),
         source="torchrun",
         rendezvous_timeout_s=timeout,
         seen=_seen(environ, _TORCHRUN_VARS),

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from clustertrain import protocol
 from clustertrain.runs import Run
 from clustertrain.slurm import JobState
 
-# torch also prefixes a rank's uncaught exception with "[rankN]:"; strip both.
-_RANK_PREFIX = re.compile(r"(?:\[rank(\d+)\]: ?)+")
+_RANK_PREFIX = protocol.RANK_PREFIX
 # torchelastic's failure report (ChildFailedError), which torchrun and accelerate print.
 _ROOT_CAUSE = re.compile(
     r"Root Cause \(first observed failure\):.*?time\s*: (?P<time>\S+).*?"

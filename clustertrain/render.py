@@ -11,17 +11,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from clustertrain import __version__
+from clustertrain import __version__, protocol
 from clustertrain.spec import JobSpec
 from clustertrain.templates import render_template
 
-# The rendezvous port is derived from the job id so that two jobs sharing a node never share a
-# c10d store (seen here: two jobs on port 29500 joined one rendezvous and one of them failed).
-# clustertrain.env.rendezvous_port computes the same value in Python.
-PORT_BASE, PORT_SPAN = 29500, 20000
 BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
-# A rank that checkpointed on the warning signal creates this file to ask for a requeue.
-REQUEUE_FILE = "requeue-requested"
 
 
 class Expand(str):
@@ -87,7 +81,8 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
         "logs_dir": str(PurePosixPath(run_dir, "logs")),
         "out_dir": str(PurePosixPath(run_dir, "out")),
-        "requeue_file": str(PurePosixPath(run_dir, REQUEUE_FILE)),
+        "requeue_file": str(PurePosixPath(run_dir, protocol.REQUEUE_FILE)),
+        "protocol": protocol,
         "directives": directives,
         "srun": " ".join(
             shell_word(w)
@@ -107,8 +102,6 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         if spec.node_check
         else "",
         "launch_lines": _argv_lines(launch_argv),
-        "port_base": PORT_BASE,
-        "port_span": PORT_SPAN,
     }
     return RenderedJob(
         spec=spec,
@@ -150,7 +143,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         "error": f"{logs}/slurm-%j.err",
         "open-mode": "append",
         # B: signals the batch shell only; it forwards the warning to the launchers.
-        "signal": f"B:USR2@{spec.signal_lead_s}",
+        "signal": f"B:{protocol.STOP_SIGNAL}@{spec.signal_lead_s}",
         "partition": spec.partition,
         "account": spec.account,
         "qos": spec.qos,

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from clustertrain.slurm import Slurm
 from tests.conftest import run_cli
+from tests.test_preemption import release_requeued
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
@@ -78,3 +80,24 @@ def test_a_rank_that_raises_ends_the_job_and_its_traceback_is_shown(
     assert "ValueError: rank 1 gave up at step 20" in status
     errors = run_cli("logs", job_id, "--errors", env=env).stdout.splitlines()
     assert errors[0].startswith("first failure: rank 1")
+
+
+def test_a_rank_that_crashes_after_the_requeue_request_cannot_fail_the_job(
+    cluster: None,  # noqa: F811
+    env: dict[str, str],
+) -> None:
+    """Once the checkpoint is taken and the requeue asked for, the job is requeued whatever the
+    ranks' exit status: here rank 1 aborts (SIGABRT) after the request, and the job still
+    requeues, resumes and completes."""
+    job_id, run_dir = submit(
+        env, "--nodes", "2", "--gpus-per-node", "1", "--script", "tests/jobs/abort_after_requeue.py"
+    )
+    release_requeued(job_id, restarts=1)
+    ended = run_cli("logs", job_id, "--follow", env=env, timeout=END_WITHIN_S + 120)
+    assert ended.returncode == 0, ended.stdout[-3000:] + ended.stderr
+    assert "rank 1 aborting at exit" in ended.stdout
+    assert ended.stdout.count("resumed from step 20") == 2, ended.stdout[-3000:]
+    state = Slurm().state(job_id)
+    assert state.state == "COMPLETED" and state.restarts == 1, state
+    first = (run_dir / "logs" / "attempt-0").glob("*.err")
+    assert any("SIGABRT" in p.read_text() or "-6" in p.read_text() for p in first)

@@ -9,7 +9,6 @@ do.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import multiprocessing
 import os
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 import torch
 
+from clustertrain import checkpoint
 from clustertrain.env import rendezvous_port
 from clustertrain.nodecheck import probe
 from clustertrain.slurm import Slurm
@@ -41,19 +41,6 @@ ARGS += ["--epochs", "3", "--log-every", "5", "--seed", "7"]
 STEPS = 63
 RUN_TIMEOUT_S = 300
 CREDENTIAL_S = 2
-
-
-def _load_checkpoint_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "mnist_checkpoint", TRAIN.parent / "checkpoint.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-checkpoint = _load_checkpoint_module()
 
 
 def _ignore_usr2() -> None:
@@ -97,9 +84,13 @@ def _launcher(strategy: str) -> list[str]:
 
 
 def _run(
-    strategy: str, out: Path, data_dir: Path, interrupt_at: str | None = None
+    strategy: str,
+    out: Path,
+    data_dir: Path,
+    interrupt_at: str | None = None,
+    signum: signal.Signals = signal.SIGUSR2,
 ) -> tuple[int, str]:
-    """Train under the launcher; with ``interrupt_at``, send SIGUSR2 to every rank once a line
+    """Train under the launcher; with ``interrupt_at``, send ``signum`` to every rank once a line
     matching it appears. Returns the exit status and the output."""
     proc = subprocess.Popen(
         [
@@ -134,7 +125,7 @@ def _run(
                 workers = _workers(proc.pid)
                 assert len(workers) == 2, (workers, "".join(lines))
                 for pid in workers:
-                    os.kill(pid, signal.SIGUSR2)
+                    os.kill(pid, signum)
         return proc.wait(), "".join(lines)
     finally:
         watchdog.cancel()
@@ -164,12 +155,18 @@ def _assert_same_run(interrupted: Path, whole: Path) -> None:
     assert all(torch.equal(model[k], reference[k]) for k in model)
 
 
-def _interrupt_and_resume(strategy: str, out: Path, data_dir: Path, epoch: int) -> None:
-    """Signal the run mid-epoch ``epoch``, check what it left, and leave it to the next start."""
-    status, output = _run(strategy, out, data_dir, rf"^epoch {epoch}/3 step 20/{STEPS} ")
+def _interrupt_and_resume(
+    strategy: str, out: Path, data_dir: Path, epoch: int, signum: signal.Signals
+) -> None:
+    """Signal the run mid-epoch ``epoch``, check what it left, and leave it to the next start.
+
+    Every rank must exit 0: no abort on the way out after the stop (issue 8).
+    """
+    status, output = _run(strategy, out, data_dir, rf"^epoch {epoch}/3 step 20/{STEPS} ", signum)
     assert status == 0, output[-3000:]
+    assert "terminate called" not in output, output[-3000:]
     stop = re.search(
-        rf"stopping on SIGUSR2 at epoch {epoch} step (\d+)/{STEPS}: checkpoint", output
+        rf"stopping on {signum.name} at epoch {epoch} step (\d+)/{STEPS}: checkpoint", output
     )
     assert stop, output[-3000:]
     step = int(stop[1])
@@ -198,13 +195,18 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> I
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGUSR2, signal.SIGTERM], ids=["USR2", "TERM"])
 @pytest.mark.parametrize("strategy", ["ddp", "accelerate"])
 def test_signalled_twice_resumes_exactly(
-    strategy: str, tmp_path: Path, data_dir: Path, uninterrupted: Callable[[str], Path]
+    strategy: str,
+    signum: signal.Signals,
+    tmp_path: Path,
+    data_dir: Path,
+    uninterrupted: Callable[[str], Path],
 ) -> None:
     whole = uninterrupted(strategy)
-    _interrupt_and_resume(strategy, tmp_path, data_dir, epoch=1)
-    _interrupt_and_resume(strategy, tmp_path, data_dir, epoch=2)
+    _interrupt_and_resume(strategy, tmp_path, data_dir, epoch=1, signum=signum)
+    _interrupt_and_resume(strategy, tmp_path, data_dir, epoch=2, signum=signum)
     status, output = _run(strategy, tmp_path, data_dir)
     assert status == 0, output[-3000:]
     assert re.search(r"resuming at epoch 2 step \d+ from", output), output[-3000:]
@@ -320,6 +322,29 @@ def _attempt_log(run_dir: Path, attempt: int) -> str:
     return "".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.out")))
 
 
+def release_requeued(job_id: str, restarts: int) -> None:
+    """Wait for the batch script to requeue the job (its ``restarts``-th requeue), then let it
+    start again at once.
+
+    Slurm holds a requeued job back (BeginTime, about 120 s after a requeue). As root (the local
+    cluster's admin) the test lets it start at once, once the next attempt's node check can bind
+    the rendezvous port (at once, since the probe binds with SO_REUSEADDR; without it the last
+    attempt's TIME_WAIT connections held the port for 60 s).
+    """
+
+    def requeued() -> bool:
+        state = Slurm().state(job_id)
+        return state.state == "PENDING" and state.restarts >= restarts
+
+    _wait(f"job {job_id} requeued", requeued, 180)
+    port = rendezvous_port(int(job_id))
+    _wait(f"port {port} free", lambda: "error" not in probe("127.0.0.1", port, is_head=True), 90)
+    # slurmd revokes the last attempt's credential with a time in whole seconds: a new one issued
+    # within the same second counts as revoked, and the job fails ("Job credential revoked").
+    time.sleep(CREDENTIAL_S)
+    _slurm("scontrol", "update", f"jobid={job_id}", "StartTime=now")
+
+
 def _signal_mid_epoch(job_id: str, run_dir: Path, attempt: int, epoch: int) -> None:
     reached = re.compile(rf"epoch {epoch}/3 step 20/{STEPS} ")
     _wait(
@@ -327,17 +352,7 @@ def _signal_mid_epoch(job_id: str, run_dir: Path, attempt: int, epoch: int) -> N
         lambda: bool(reached.search(_attempt_log(run_dir, attempt))),
     )
     _slurm("scancel", "--signal=USR2", job_id)
-    # The batch script requeues the job; Slurm then holds it back (BeginTime, about 120 s after a
-    # requeue). As root (the local cluster's admin) the test lets it start at once, once the next
-    # attempt's node check can bind the rendezvous port (at once, since the probe binds with
-    # SO_REUSEADDR; without it the last attempt's TIME_WAIT connections held the port for 60 s).
-    _wait(f"job {job_id} requeued", lambda: Slurm().state(job_id).state == "PENDING", 120)
-    port = rendezvous_port(int(job_id))
-    _wait(f"port {port} free", lambda: "error" not in probe("127.0.0.1", port, is_head=True), 90)
-    # slurmd revokes the last attempt's credential with a time in whole seconds: a new one issued
-    # within the same second counts as revoked, and the job fails ("Job credential revoked").
-    time.sleep(CREDENTIAL_S)
-    _slurm("scontrol", "update", f"jobid={job_id}", "StartTime=now")
+    release_requeued(job_id, attempt + 1)
     log = _attempt_log(run_dir, attempt)
     assert re.search(
         rf"stopping on SIGUSR2 at epoch {epoch} step \d+/{STEPS}: checkpoint .* written in", log

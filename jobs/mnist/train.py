@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -28,12 +26,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from clustertrain import checkpoint, runtime
 from clustertrain import env as dist_env
 from clustertrain.errors import UserError
 
 # Run as a script, the siblings are found beside this file, before any same-named module.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import checkpoint  # noqa: E402
 import data as mnist  # noqa: E402
 import model as mnist_model  # noqa: E402
 
@@ -188,39 +186,6 @@ class _RankPrefixed:
         return getattr(self._stream, name)
 
 
-class StopRequest:
-    """Remembers a request to checkpoint and stop; the training loop reads it at step boundaries.
-
-    SIGUSR2 is Slurm's warning before the time limit (clustertrain's batch script passes it on to
-    every rank; `scancel --signal=USR2 JOB` sends it directly), SIGTERM is what Slurm sends on
-    preemption and `scancel`, KillWait seconds before SIGKILL. The handler only sets a flag:
-    a step interrupted half-way could not be checkpointed. USR2 must be installed explicitly:
-    clustertrain's launch script ignores it in the launcher, and workers inherit that.
-    """
-
-    SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def install(self) -> None:
-        # Python runs handlers in the main thread only; elsewhere (a notebook's helper thread)
-        # the caller keeps its own handling.
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in self.SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
-
-    def uninstall(self) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous.clear()
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.received = signal.Signals(signum).name
-
-
 @dataclass
 class Runtime:
     """What the training loop needs to know about the strategy it runs under."""
@@ -232,7 +197,7 @@ class Runtime:
     local_world_size: int
     device: torch.device
     accelerator: Any = None
-    stop: StopRequest = field(default_factory=StopRequest)
+    stop: runtime.StopRequest = field(default_factory=runtime.StopRequest)
 
     @property
     def is_main(self) -> bool:
@@ -247,16 +212,7 @@ class Runtime:
             print(message, flush=True)
 
     def stop_agreed(self) -> bool:
-        """Whether any rank was asked to stop; all ranks get the same answer (a collective).
-
-        The signal reaches the ranks at slightly different moments; agreeing at every step
-        boundary makes all of them stop after the same step.
-        """
-        if not self.distributed:
-            return self.stop.received is not None
-        flag = torch.tensor([int(self.stop.received is not None)], device=self.device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return bool(flag.item())
+        return self.stop.agreed(self.device) if self.distributed else self.stop.received is not None
 
 
 def start_runtime(config: Config, launched: dist_env.DistEnv) -> Runtime:
@@ -398,8 +354,7 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
         sys.stdout = _RankPrefixed(sys.stdout, launched.rank)  # type: ignore[assignment]
         sys.stderr = _RankPrefixed(sys.stderr, launched.rank)  # type: ignore[assignment]
     rt = None
-    stop = StopRequest()
-    stop.install()
+    stop = runtime.StopRequest.install()
     try:
         rt = start_runtime(config, launched)
         rt.stop = stop
@@ -411,16 +366,12 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
             flush=True,
         )
         result = _train(config, rt, phases)
-        if rt.distributed:
-            # Tear down together: a rank that closes its gloo pairs while a peer is still in its
-            # last collective can abort that peer ("terminate called", seen once in 4-node jobs).
-            torch.distributed.barrier()
+        runtime.teardown(rt.accelerator)
         return result
     finally:
         stop.uninstall()
         sys.stdout, sys.stderr = saved_streams
-        if rt is not None and rt.accelerator is not None:
-            rt.accelerator.end_training()
+        # After a failure, without the barrier: the peers may be gone.
         dist_env.destroy_process_group()
 
 
@@ -607,10 +558,8 @@ def _stopped(config: Config, rt: Runtime, where: str, saved: str) -> dict[str, A
 
     The barrier keeps every rank alive until the checkpoint is durable; then all exit 0.
     """
-    requeue = os.environ.get("CLUSTERTRAIN_REQUEUE_FILE")
     if rt.is_main:
-        if requeue:
-            Path(requeue).touch()
+        requeue = runtime.request_requeue()
         # The signal may have reached another rank only (they agree at every step boundary).
         why = rt.stop.received or "a signal to another rank"
         then = f"requeue requested ({requeue})" if requeue else "start it again to resume"
@@ -741,4 +690,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runtime.finish(main())

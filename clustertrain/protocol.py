@@ -1,0 +1,38 @@
+"""What the rendered batch script and the ranks agree on, written down once.
+
+The renderer hands these values to the templates, the rank side (:mod:`clustertrain.runtime`,
+:mod:`clustertrain.env`) reads the same names, and the log reader parses the same prefix. No
+other module spells them out.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The rendezvous port is derived from the job id so that two jobs sharing a node never share a
+# c10d store (seen here: two jobs on port 29500 joined one rendezvous and one of them failed).
+PORT_BASE, PORT_SPAN = 29500, 20000
+
+# Slurm warns the batch shell with this signal before the time limit (--signal=B:USR2@lead);
+# USR1 is left to NCCL. The batch shell passes it on to every rank.
+STOP_SIGNAL = "USR2"
+
+# A rank that checkpointed on a stop request creates this file in the run folder; the batch
+# script then requeues the job, whatever the ranks' exit status.
+REQUEUE_FILE = "requeue-requested"
+
+# Environment variables the batch script exports for the ranks.
+ENV_RUN_DIR = "CLUSTERTRAIN_RUN_DIR"
+ENV_OUT_DIR = "CLUSTERTRAIN_OUT_DIR"
+ENV_REQUEUE_FILE = "CLUSTERTRAIN_REQUEUE_FILE"
+ENV_RDZV_TIMEOUT_S = "CLUSTERTRAIN_RDZV_TIMEOUT_S"
+
+# torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines with it.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
+# torch also prefixes a rank's uncaught exception with "[rankN]:"; the reader strips both.
+RANK_PREFIX = re.compile(r"(?:\[rank(\d+)\]: ?)+")
+
+
+def rendezvous_port(job_id: int) -> int:
+    """The rendezvous port of a Slurm job; the batch script computes the same in bash."""
+    return PORT_BASE + job_id % PORT_SPAN

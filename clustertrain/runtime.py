@@ -1,0 +1,150 @@
+"""What every training script needs inside a clustertrain job: a stop request agreed across
+ranks, the "checkpoint taken, requeue me" handshake, and a way out that cannot abort.
+
+A preemptible loop, in a handful of added lines::
+
+    from clustertrain import runtime
+    stop = runtime.StopRequest.install()           # USR2 (Slurm's warning) and SIGTERM
+    for step, batch in enumerate(loader, start):
+        ...train one step...
+        if stop.agreed():                          # every rank gets the same answer
+            save_checkpoint(...)                   # rank 0, e.g. clustertrain.checkpoint.Store
+            runtime.request_requeue()              # the batch script requeues the job
+            break
+    runtime.finish()                               # barrier, destroy, exit
+
+The names the batch script reads come from :mod:`clustertrain.protocol`. torch is imported
+inside the functions, so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
+
+from clustertrain import protocol
+
+
+class StopRequest:
+    """Remembers a request to checkpoint and stop; the loop reads it at step boundaries.
+
+    ``SIGUSR2`` is Slurm's warning before the time limit (clustertrain's batch script passes it
+    on to every rank; ``scancel --signal=USR2 JOB`` sends it directly), ``SIGTERM`` is what
+    Slurm sends on preemption and ``scancel``, KillWait seconds before SIGKILL. The handler only
+    sets a flag: a step interrupted half-way could not be checkpointed. USR2 must be installed
+    explicitly: clustertrain's launch script ignores it in the launcher, and workers inherit
+    that.
+    """
+
+    SIGNALS = (getattr(signal, f"SIG{protocol.STOP_SIGNAL}"), signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    @classmethod
+    def install(cls) -> StopRequest:
+        """A request whose handlers are installed (in the main thread; elsewhere, e.g. a
+        notebook's helper thread, Python cannot install handlers and the caller keeps its own)."""
+        stop = cls()
+        if threading.current_thread() is threading.main_thread():
+            for signum in cls.SIGNALS:
+                stop._previous[signum] = signal.signal(signum, stop._handle)
+        return stop
+
+    def uninstall(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum).name
+
+    def agreed(self, device: Any = None) -> bool:
+        """Whether any rank was asked to stop; every rank gets the same answer (a collective
+        when a process group is up, so call it on every rank at the same step).
+
+        The signal reaches the ranks at slightly different moments; agreeing at each step
+        boundary makes all of them stop after the same step.
+        """
+        import torch
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return self.received is not None
+        if device is None:
+            nccl = dist.get_backend() == "nccl"
+            device = torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu"
+        flag = torch.tensor([int(self.received is not None)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def requeue_file() -> Path | None:
+    """Where this job's batch script looks for a requeue request; None outside a job."""
+    path = os.environ.get(protocol.ENV_REQUEUE_FILE)
+    return Path(path) if path else None
+
+
+def request_requeue() -> Path | None:
+    """Ask the batch script to requeue the job once this attempt ends.
+
+    Call it after the checkpoint is durable (on any rank; rank 0 is the usual one). Once the
+    file exists the job is requeued whatever the ranks' exit status, so a rank that crashes on
+    its way out cannot turn a clean stop into a failed job. Returns the file, or None outside a
+    clustertrain job (start the script again to resume).
+    """
+    path = requeue_file()
+    if path is not None:
+        path.touch()
+    return path
+
+
+def teardown(accelerator: Any = None) -> None:
+    """Leave the process group together: a barrier, then destroy it (Accelerate's
+    ``end_training`` when an ``accelerator`` is given). Safe to call when none is up.
+
+    The barrier matters: a rank that closes its connections while a peer is still inside its
+    last collective makes that peer fail.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    if accelerator is not None:
+        accelerator.end_training()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def finish(code: int = 0, accelerator: Any = None) -> NoReturn:
+    """:func:`teardown`, then end this process with ``code`` without the native teardown
+    that can abort it.
+
+    Why: once a model has been wrapped in ``DistributedDataParallel`` (directly or by
+    Accelerate), torch keeps its process group alive after ``destroy_process_group``; its
+    worker and I/O threads (``pt_gloo_runloop``, ``gloo_tcp_loop``, NCCL's watchdog) are still
+    running when the interpreter exits, and the exit destroys the C++ objects under them. That
+    race is the rare "terminate called without an active exception" (SIGABRT) after a clean
+    stop. Here the Python side ends normally, atexit handlers run and every stream is flushed,
+    and then ``os._exit`` ends the process: the threads are never torn down while they run.
+    As with multiprocessing's workers, which end the same way, files must be closed first.
+    """
+    try:
+        teardown(accelerator)
+    except BaseException:
+        # A peer that died first makes the barrier fail: say so, and exit non-zero.
+        traceback.print_exc()
+        code = code or 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
