@@ -128,9 +128,9 @@ def submit(
     **flags: Any,
 ) -> None:
     """Render a multi-node job and queue it; args after -- go to the training script."""
-    from clustertrain import runs
+    from clustertrain import jobfile, runs
     from clustertrain.render import render
-    from clustertrain.spec import build_spec, load_job_file
+    from clustertrain.spec import build_spec
 
     train_args = ctx.meta.get("train_args")
     flags["args"] = list(train_args) if train_args is not None else None
@@ -138,7 +138,7 @@ def submit(
     flags["sbatch_options"] = list(flags["sbatch_options"]) or None
     if flags["venv"] is None and sys.prefix != sys.base_prefix:
         flags["venv"] = sys.prefix
-    spec = build_spec(load_job_file(job_file) if job_file else None, **flags)
+    spec = build_spec(jobfile.load(job_file) if job_file else None, **flags)
     run_dir = runs.new_run_dir(runs.runs_root(runs_dir), spec.name)
     job = render(spec, str(run_dir), os.getcwd())
     if dry_run:

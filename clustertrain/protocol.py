@@ -27,6 +27,24 @@ ENV_OUT_DIR = "CLUSTERTRAIN_OUT_DIR"
 ENV_REQUEUE_FILE = "CLUSTERTRAIN_REQUEUE_FILE"
 ENV_RDZV_TIMEOUT_S = "CLUSTERTRAIN_RDZV_TIMEOUT_S"
 
+# Variables the batch and launch scripts set and read themselves (and those the launchers set
+# for each rank): a user's value for one would change what the scripts do.
+SCRIPT_VARIABLES = frozenset(
+    {"HEAD_NODE", "RDZV_PORT", "RDZV_IS_HOST", "LOG_DIR", "STATUS", "SRUN_PID", "VIRTUAL_ENV"}
+    | {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
+    | {"MASTER_ADDR", "MASTER_PORT", "PATH", "PYTHONUNBUFFERED"}
+)
+# Prefixes of the variables Slurm, the launchers and clustertrain itself own.
+SCRIPT_PREFIXES = (
+    "SLURM_",
+    "SLURMD_",
+    "SRUN_",
+    "SBATCH_",
+    "SALLOC_",
+    "CLUSTERTRAIN_",
+    "TORCHELASTIC_",
+)
+
 # torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines with it.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 # torch also prefixes a rank's uncaught exception with "[rankN]:"; the reader strips both.

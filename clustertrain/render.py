@@ -11,7 +11,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from clustertrain import __version__, protocol
+from clustertrain import __version__, protocol, sbatch
+from clustertrain.errors import UserError
 from clustertrain.spec import JobSpec
 from clustertrain.templates import render_template
 
@@ -68,9 +69,17 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
 
     Both paths must be absolute (every node resolves them the same way).
     """
-    for path in (run_dir, workdir):
-        if not path.startswith("/") or not path.isprintable() or "%" in path:
-            raise ValueError(f"not an absolute, printable path without '%': {path!r}")
+    for what, path in (("runs dir", run_dir), ("working directory", workdir)):
+        if (
+            not path.startswith("/")
+            or not path.isprintable()
+            or "%" in path
+            or (sbatch.UNSAFE.search(path))
+        ):
+            raise UserError(
+                f"{what}: {path!r} cannot be given to Slurm (it must be absolute, without '%', "
+                "'\"', '\\' or control characters); use another folder"
+            )
     launch_argv = launcher_argv(spec)
     directives = sbatch_directives(spec, run_dir, workdir)
     context = {
@@ -128,7 +137,8 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
 
 
 def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, ...]:
-    """The ``#SBATCH`` flags, sorted by name, each value quoted for sbatch's own parser."""
+    """The ``#SBATCH`` flags, sorted by name, each value quoted for sbatch's own parser
+    (:mod:`clustertrain.sbatch`), which is not bash's."""
     logs = PurePosixPath(run_dir, "logs")
     gpus = spec.gpus_per_node
     values: dict[str, str | None] = {
@@ -158,7 +168,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
             f"gpu:{gpus}" if spec.gpus_as_gres else str(gpus)
         )
     flags = [
-        f"--{key}={shlex.quote(value)}"
+        f"--{key}={sbatch.quote(value)}"
         for key, value in sorted(values.items())
         if value is not None
     ]
@@ -166,7 +176,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         flags.append("--exclusive")
     for option in spec.sbatch_options:
         key, sep, value = option.partition("=")
-        flags.append(f"{key}={shlex.quote(value)}" if sep else key)
+        flags.append(f"{key}={sbatch.quote(value)}" if sep else key)
     return tuple(flags)
 
 

@@ -11,10 +11,11 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, get_args
 
+from clustertrain import protocol, sbatch
 from clustertrain.errors import FieldError
+from clustertrain.jobfile import Plain
 
 Launcher = Literal["torchrun", "accelerate"]
 LAUNCHERS: tuple[str, ...] = get_args(Launcher)
@@ -41,24 +42,6 @@ _MAIL_TYPES = {
     "ARRAY_TASKS",
 }
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
-_SBATCH_OPT = re.compile(r"--[a-z][a-z0-9-]*(=[^\x00-\x1f\x7f]*)?")
-# Options the renderer owns: letting them through twice would make the script contradict itself.
-_OWNED_OPTS = {
-    "nodes",
-    "ntasks-per-node",
-    "ntasks",
-    "gpus-per-node",
-    "gres",
-    "cpus-per-task",
-    "time",
-    "job-name",
-    "output",
-    "error",
-    "signal",
-    "chdir",
-    "open-mode",
-    "requeue",
-}
 # Slurm's time formats (sbatch(1), --time); "25:99" is minutes:seconds with 99 seconds: refused.
 _TIME = re.compile(
     r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?)"
@@ -144,46 +127,17 @@ def build_spec(job_file: Mapping[str, Any] | None = None, **overrides: Any) -> J
     return JobSpec(**{name: _VALIDATORS[name](name, value) for name, value in values.items()})
 
 
-_MAX_JOB_FILE_BYTES = 1 << 20
-
-
-def load_job_file(path: str) -> Any:
-    """Read a YAML job file (safe loader: tags that construct objects are refused)."""
-    import yaml
-
-    try:
-        with Path(path).open("rb") as handle:
-            data = handle.read(_MAX_JOB_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise FieldError(
-            "job file",
-            path,
-            "no such file; give the path of a YAML job file such as jobs/mnist.yaml",
-        ) from None
-    except OSError as exc:
-        raise FieldError(
-            "job file", path, f"cannot be read ({exc.strerror}); check its permissions"
-        ) from None
-    if len(data) > _MAX_JOB_FILE_BYTES:
-        raise FieldError("job file", path, "is larger than 1 MiB; a job file is a short mapping")
-    try:
-        return yaml.safe_load(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise FieldError("job file", path, "must be UTF-8 text") from None
-    except RecursionError:
-        raise FieldError("job file", path, "is nested too deeply to be a job file") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        raise FieldError(
-            "job file", path, f"is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}"
-        ) from None
-
-
 def _int(low: int, high: int) -> Any:
     def check(name: str, value: Any) -> int:
+        valid = f"must be an integer from {low} to {high}"
+        if isinstance(value, Plain):  # unquoted in a job file: decimal digits only
+            if re.fullmatch(r"0[0-9]+", value):
+                raise FieldError(name, value, valid + ", without a leading zero")
+            if not re.fullmatch(r"-?[0-9]{1,12}", value):
+                raise FieldError(name, value, valid)
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise FieldError(name, value, f"must be an integer from {low} to {high}")
+            raise FieldError(name, value, valid)
         return value
 
     return check
@@ -207,7 +161,7 @@ def _text(name: str, value: Any, max_len: int = 4096) -> str:
         raise FieldError(name, value, "must not contain a NUL byte")
     if len(value) > max_len:
         raise FieldError(name, value[:40] + "...", f"must be at most {max_len} characters")
-    return value
+    return str(value)
 
 
 def _pattern(regex: re.Pattern[str], valid: str) -> Any:
@@ -223,9 +177,11 @@ def _pattern(regex: re.Pattern[str], valid: str) -> Any:
 
 def _name(name: str, value: Any) -> str:
     text = _text(name, value, max_len=128)
-    if not text or not text.isprintable() or "%" in text:
+    if not text or not text.isprintable() or "%" in text or sbatch.UNSAFE.search(text):
         raise FieldError(
-            name, value, "must be 1-128 printable characters without '%' (e.g. mnist-ddp)"
+            name,
+            value,
+            "must be 1-128 printable characters without '%', '\"' or '\\' (e.g. mnist-ddp)",
         )
     return text
 
@@ -282,12 +238,7 @@ def _script(name: str, value: Any) -> str:
 def _args(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise FieldError(name, value, "must be a list of strings, e.g. [--epochs, '3']")
-    return tuple(
-        _text(
-            f"{name}[{i}]", str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
-        )
-        for i, v in enumerate(value)
-    )
+    return tuple(_text(f"{name}[{i}]", _as_text(f"{name}[{i}]", v)) for i, v in enumerate(value))
 
 
 def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
@@ -307,21 +258,57 @@ def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
             raise FieldError(
                 f"{name} key", key, "must be a shell variable name like OMP_NUM_THREADS"
             )
-        if isinstance(val, bool) or not isinstance(val, str | int | float):
-            raise FieldError(f"{name}.{key}", val, "must be a string or a number")
-        checked.append((key, _text(f"{name}.{key}", str(val))))
+        if _reserved_env_key(key):
+            raise FieldError(
+                f"{name} key",
+                key,
+                "is read by bash, Slurm, the launcher or clustertrain's own scripts; "
+                "use the matching field (e.g. --venv, --cpus-per-task) or another name",
+            )
+        checked.append((key, _text(f"{name}.{key}", _as_text(f"{name}.{key}", val))))
     return tuple(checked)
+
+
+def _as_text(name: str, value: Any) -> Any:
+    """A value where text is meant. Job files keep unquoted scalars as written (``1.10`` stays
+    1.10, ``on`` stays on, see clustertrain.jobfile); a number given explicitly (Python, a
+    ``!!int`` tag) is its decimal text; true/false is refused rather than guessed."""
+    if isinstance(value, bool):
+        raise FieldError(name, value, f"must be text; quote it in the job file ('{value}')")
+    return str(value) if isinstance(value, int | float) else value
+
+
+# Bash's own variables: they run code (BASH_ENV, ENV, PROMPT_COMMAND), change how the script
+# is read (SHELLOPTS, BASHOPTS, IFS, GLOBIGNORE, CDPATH) or are read-only (UID, EUID, PPID...).
+_BASH_VARIABLES = frozenset(
+    """
+    ENV SHELLOPTS BASHOPTS IFS PS4 PROMPT_COMMAND GLOBIGNORE CDPATH POSIXLY_CORRECT
+    UID EUID PPID GROUPS RANDOM SRANDOM SECONDS LINENO OPTIND OPTARG OPTERR HOSTNAME HOSTTYPE
+    MACHTYPE OSTYPE PWD OLDPWD SHELL SHLVL FUNCNAME HISTFILE TMOUT EPOCHREALTIME EPOCHSECONDS
+    PIPESTATUS REPLY COMP_WORDBREAKS DIRSTACK
+    """.split()  # noqa: SIM905 - a word list reads better than a hundred quoted strings
+)
+
+
+def _reserved_env_key(key: str) -> bool:
+    upper = key.upper()
+    return (
+        upper in _BASH_VARIABLES
+        or upper.startswith(("BASH", "COMP_", *protocol.SCRIPT_PREFIXES))
+        or key in protocol.SCRIPT_VARIABLES
+    )
 
 
 def _sbatch_options(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise FieldError(name, value, "must be a list like ['--reservation=gpu-maint']")
     for option in value:
-        if not isinstance(option, str) or not _SBATCH_OPT.fullmatch(option):
-            raise FieldError(name, option, "must look like --option or --option=value, one line")
-        if option[2:].split("=", 1)[0] in _OWNED_OPTS:
-            raise FieldError(name, option, "is set by clustertrain; use its own field instead")
-    return tuple(value)
+        if not isinstance(option, str):
+            raise FieldError(name, option, "must look like --option or --option=value")
+        problem = sbatch.option_problem(option)
+        if problem:
+            raise FieldError(name, option, problem)
+    return tuple(str(option) for option in value)
 
 
 def _mail_type(name: str, value: Any) -> str | None:

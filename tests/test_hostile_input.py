@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from clustertrain import sbatch
 from tests.conftest import run_cli
 
 SHELL = [
@@ -75,10 +76,11 @@ REFUSED_FILES: list[tuple[str, str]] = [
     (
         "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
         "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nargs: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
-        "a",
+        "job file",
     ),
-    ("x: &x [a,a,a,a,a,a,a,a,a]\ny: &y [*x,*x,*x,*x,*x,*x,*x,*x,*x]\n", "x"),
-    ("args: &y [[a,a],[a,a]]\n", "args[0]"),
+    ("x: &x [a,a,a,a,a,a,a,a,a]\ny: &y [*x,*x,*x,*x,*x,*x,*x,*x,*x]\n", "job file"),
+    ("args: &y [[a,a],[a,a]]\n", "job file"),
+    ("args: [[a,a],[a,a]]\n", "args[0]"),
     ("name: [a, b]\n", "name"),
     ("nodes: 1e9\n", "nodes"),
     ("nodes: '4'\n", "nodes"),
@@ -100,14 +102,19 @@ REFUSED_FILES: list[tuple[str, str]] = [
     ("gpus_per_node: -1\n", "gpus_per_node"),
 ]
 
-# (flags, the value that must appear literally, shell-quoted, in the rendered job)
+# (flags, the text that must appear in the rendered job: bash-quoted in the scripts'
+# commands, sbatch-quoted on #SBATCH lines)
 LITERAL: list[tuple[list[str], str]] = [
-    *[(["--", value], value) for value in SHELL],
-    *[(["--env", f"USER_VALUE={value}"], value) for value in SHELL],
-    *[(["--name", value], value) for value in SHELL if "\t" not in value],
-    (["--script", "$(touch PWNED).py"], "$(touch PWNED).py"),
-    (["--venv", "/opt/$(touch PWNED)"], "/opt/$(touch PWNED)"),
-    (["--sbatch-option", "--comment=$(touch PWNED)"], "$(touch PWNED)"),
+    *[(["--", value], shlex.quote(value)) for value in SHELL],
+    *[(["--env", f"USER_VALUE={value}"], shlex.quote(value)) for value in SHELL],
+    *[
+        (["--name", value], f"#SBATCH --job-name={sbatch.quote(value)}\n")
+        for value in SHELL
+        if not sbatch.UNSAFE.search(value)
+    ],
+    (["--script", "$(touch PWNED).py"], shlex.quote("$(touch PWNED).py")),
+    (["--venv", "/opt/$(touch PWNED)"], shlex.quote("/opt/$(touch PWNED)")),
+    (["--sbatch-option", "--comment=$(touch PWNED)"], '#SBATCH --comment="$(touch PWNED)"\n'),
 ]
 
 
@@ -168,14 +175,14 @@ def test_refused_job_files(
     assert field == "job file" or done.stderr.split("error: ")[1].startswith(field)
 
 
-@pytest.mark.parametrize(("flags", "value"), LITERAL, ids=[str(i) for i in range(len(LITERAL))])
+@pytest.mark.parametrize(("flags", "text"), LITERAL, ids=[str(i) for i in range(len(LITERAL))])
 def test_accepted_values_are_literal(
-    flags: list[str], value: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
+    flags: list[str], text: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
 ) -> None:
     env, called = fake_slurm
     done = run_cli("submit", "--dry-run", *flags, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
-    assert shlex.quote(value) in done.stdout
+    assert text in done.stdout
     assert list(tmp_path.iterdir()) == [tmp_path / "bin"] and not called.exists()
 
 

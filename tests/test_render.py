@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from clustertrain.errors import UserError
 from clustertrain.render import Expand, RenderedJob, render
 from clustertrain.spec import build_spec
 
@@ -77,12 +78,14 @@ def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
         assert checked.returncode == 0, checked.stdout
 
 
-def test_directives_are_sorted_and_quoted() -> None:
-    job = render(build_spec(nodes=2, name="my job", constraint="a100&ib"), RUN_DIR, WORKDIR)
+def test_directives_are_sorted_and_quoted_for_sbatch() -> None:
+    """Double quotes: sbatch reads a backslash inside single quotes as an escape."""
+    job = render(build_spec(nodes=2, name="it's my job", constraint="a100&ib"), RUN_DIR, WORKDIR)
     names = [d.split("=")[0] for d in job.directives if d.startswith("--")]
     assert names == sorted(names)
-    assert "--job-name='my job'" in job.directives
-    assert "--constraint='a100&ib'" in job.directives
+    assert '--job-name="it\'s my job"' in job.directives
+    assert '--constraint="a100&ib"' in job.directives
+    assert "--nodes=2" in job.directives
 
 
 def test_torchrun_line_has_the_c10d_rendezvous_on_the_head_node() -> None:
@@ -116,7 +119,9 @@ def test_expand_refuses_anything_but_variable_references() -> None:
             Expand(unsafe)
 
 
-def test_render_refuses_relative_or_pattern_paths() -> None:
-    for bad in ("runs/x", "/runs/%j", "/runs/a\nb"):
-        with pytest.raises(ValueError):
+def test_render_refuses_paths_slurm_cannot_take() -> None:
+    for bad in ("runs/x", "/runs/%j", "/runs/a\nb", '/runs/a"b', "/runs/a\\b"):
+        with pytest.raises(UserError, match="runs dir"):
             render(build_spec(), bad, WORKDIR)
+        with pytest.raises(UserError, match="working directory"):
+            render(build_spec(), RUN_DIR, bad)

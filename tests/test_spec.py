@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from clustertrain.errors import FieldError
-from clustertrain.spec import FIELDS, build_spec, load_job_file
+from clustertrain.jobfile import load as load_job_file
+from clustertrain.spec import FIELDS, build_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

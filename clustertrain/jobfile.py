@@ -1,0 +1,117 @@
+"""The one YAML reader for job files (and anything else clustertrain reads as YAML).
+
+pyyaml implements YAML 1.1, whose implicit scalars are not what they look like: ``30:00`` is
+the integer 1800 (sexagesimal), ``010`` is 8, ``0x50`` is 80, ``1.10`` is 1.1, and ``yes``/``on``
+are booleans. Here a plain (unquoted) scalar stays its text, as :class:`Plain`, except ``null``
+(``~``, empty) and ``true``/``false``; the spec's validators read a :class:`Plain` as an integer
+only where a field is one, and as the text everywhere else. Explicit tags (``!!int 8``) still
+build their type. Duplicate keys and anchors/aliases are refused; the file must be a regular
+file (a FIFO or a device would block), at most 1 MiB.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from typing import Any
+
+from clustertrain.errors import FieldError
+
+MAX_BYTES = 1 << 20
+
+
+class Plain(str):
+    """An unquoted YAML scalar, kept as the text the user wrote."""
+
+
+def _loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """SafeLoader with YAML 1.2-like plain scalars and no duplicate keys."""
+
+        yaml_implicit_resolvers: dict[Any, Any] = {}
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise FieldError(
+                        str(key), "(twice)", "a job file may set each field once; remove one"
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
+    )
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool",
+        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        list("tTfF"),
+    )
+    Loader.add_constructor("tag:yaml.org,2002:str", _construct_str)
+    return Loader
+
+
+def _construct_str(loader: Any, node: Any) -> str:
+    # Quoted scalars are "str" by style; plain ones that no resolver claimed are Plain.
+    value = loader.construct_scalar(node)
+    return Plain(value) if node.style is None else str(value)
+
+
+def read_file(path: str, what: str = "job file") -> bytes:
+    """A regular file's bytes, refused without blocking when it is anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FieldError(
+            what, path, "no such file; give the path of a YAML job file such as jobs/mnist.yaml"
+        ) from None
+    except OSError as exc:
+        raise FieldError(what, path, f"cannot be read ({exc.strerror}); check it") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FieldError(what, path, "is not a regular file; give a YAML file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise FieldError(what, path, f"cannot be read ({exc.strerror}); check it") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise FieldError(what, path, "is larger than 1 MiB; a job file is a short mapping")
+    return data
+
+
+def load(path: str) -> Any:
+    """Read and parse a YAML job file."""
+    return parse(read_file(path), path)
+
+
+def parse(data: bytes, path: str = "<job file>") -> Any:
+    import yaml
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FieldError("job file", path, "must be UTF-8 text") from None
+    try:
+        # Bound the document before building it: anchors and aliases are refused at the event
+        # level, so no alias can make the built value larger than the file.
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise FieldError(
+                    "job file", path, "uses YAML anchors or aliases (&x, *x); write values out"
+                )
+        return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise FieldError("job file", path, "is nested too deeply to be a job file") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise FieldError(
+            "job file", path, f"is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}"
+        ) from None
