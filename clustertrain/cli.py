@@ -165,7 +165,7 @@ def status(job: str, runs_dir: str | None) -> None:
 
     run = runs.find_run(runs.runs_root(runs_dir), job)
     state = Slurm().state(run.job_id)
-    click.echo(f"job {run.job_id} ({run.name}): {state.state}")
+    click.echo(f"job {run.job_id} ({runs.printable(run.name)}): {state.state}")
     click.echo(
         f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
         f"restarts: {state.restarts}"
@@ -191,11 +191,14 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
     """Recent jobs from the run folders, newest first."""
     from clustertrain import runs
 
-    for run in runs.all_runs(runs.runs_root(runs_dir))[:limit]:
+    def warn(message: str) -> None:
+        click.echo(f"clustertrain: warning: {message}", err=True)
+
+    for run in runs.all_runs(runs.runs_root(runs_dir), warn)[:limit]:
         click.echo(
-            f"{run.job_id:>8}  {run.submitted_at}  {run.name:<16} "
+            f"{run.job_id:>8}  {runs.printable(run.submitted_at)}  {runs.printable(run.name):<16} "
             f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
-            f"{run.path}"
+            f"{runs.printable(str(run.path))}"
         )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from clustertrain import protocol
-from clustertrain.runs import Run
+from clustertrain.runs import Run, printable
 from clustertrain.slurm import JobState
 
 _RANK_PREFIX = protocol.RANK_PREFIX
@@ -98,7 +98,7 @@ def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
     else:
         who = log.node if log.node == "batch" else f"{log.node} launcher"
     stream = " !" if log.stream == "err" else " |"
-    return f"{who}{stream} {line[match.end() :] if match else line}"
+    return f"{who}{stream} {printable(line[match.end() :] if match else line)}"
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,13 @@ and every path handed out here stays inside the runs root, whatever a user typed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,10 +20,48 @@ from typing import Any
 
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob
+from clustertrain.slurm import JOB_ID
+from clustertrain.spec import LAUNCHERS
 
 RECORD = "job.json"
 DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+_MAX_RECORD_BYTES = 64 << 10
+_MAX_METRICS_TAIL = 1 << 20
+
+
+class RunFolderError(UserError):
+    """A run folder whose files are not what clustertrain wrote."""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escapes, newlines) shown as escapes.
+
+    Names and log lines come from run folders, which anyone who can write there may craft.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
+
+
+def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
+    """At most ``limit`` bytes of a regular file (the last ones with ``tail``); a symlink, a
+    FIFO or a device is refused without blocking."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RunFolderError(f"{path}: not a regular file")
+        if tail and info.st_size > limit:
+            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
+        elif not tail and info.st_size > limit:
+            raise RunFolderError(f"{path}: larger than {limit} bytes")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 def runs_root(flag: str | None) -> Path:
@@ -63,12 +104,11 @@ class Run:
 
     def final_metrics(self) -> dict[str, Any] | None:
         """The entrypoint's closing ``"event": "done"`` record, if the job wrote one."""
-        metrics = self.out_dir / "metrics.jsonl"
         try:
-            lines = metrics.read_text(encoding="utf-8").splitlines()
-        except OSError:
+            data = read_regular(self.out_dir / "metrics.jsonl", _MAX_METRICS_TAIL, tail=True)
+        except RunFolderError:
             return None
-        for line in reversed(lines):
+        for line in reversed(data.decode("utf-8", "replace").splitlines()):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
@@ -125,47 +165,68 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
     return run
 
 
-def _load(path: Path) -> Run | None:
+# job.json's fields: (type, check) each; anything else in the file is refused.
+_RECORD_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "job_id": lambda v: isinstance(v, str) and JOB_ID.fullmatch(v) is not None,
+    "name": lambda v: isinstance(v, str) and 0 < len(v) <= 128,
+    "submitted_at": lambda v: isinstance(v, str) and len(v) <= 64,
+    "nodes": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 100_000,
+    "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 10**7,
+    "launcher": lambda v: v in LAUNCHERS,
+}
+
+
+def read_run(path: Path) -> Run:
+    """The run recorded in ``path``, with every field of ``job.json`` checked."""
+    data = read_regular(path / RECORD, _MAX_RECORD_BYTES)
     try:
-        data = json.loads((path / RECORD).read_text(encoding="utf-8"))
-        return Run(
-            path=path,
-            **{
-                k: data[k]
-                for k in ("job_id", "name", "submitted_at", "nodes", "world_size", "launcher")
-            },
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        record = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise RunFolderError(f"{path / RECORD}: not JSON") from None
+    if not isinstance(record, dict) or set(record) != set(_RECORD_FIELDS):
+        raise RunFolderError(f"{path / RECORD}: not a clustertrain job record")
+    for key, check in _RECORD_FIELDS.items():
+        if not check(record[key]):
+            raise RunFolderError(f"{path / RECORD}: bad {key} {printable(repr(record[key]))[:60]}")
+    return Run(path=path, **record)
 
 
-def all_runs(root: Path) -> list[Run]:
-    """Every recorded run under ``root``, newest first."""
+def all_runs(root: Path, warn: Callable[[str], None] | None = None) -> list[Run]:
+    """Every recorded run under ``root``, newest first; a malformed one is skipped, with a
+    warning to ``warn``. Folders without a record (not a submission) are left out silently."""
     if not root.is_dir():
         return []
-    runs = [
-        run
-        for child in root.iterdir()
-        if child.is_dir() and not child.is_symlink() and (run := _load(child)) is not None
-    ]
+    runs = []
+    for child in root.iterdir():
+        if not child.is_dir() or child.is_symlink() or not (child / RECORD).exists():
+            continue
+        try:
+            runs.append(read_run(child))
+        except RunFolderError as exc:
+            if warn is not None:
+                warn(f"skipping a malformed run folder: {printable(str(exc))}")
     return sorted(runs, key=lambda r: (r.submitted_at, r.path.name), reverse=True)
 
 
 def find_run(root: Path, ref: str) -> Run:
     """The run a user means: ``last``, a job id (the newest run with it) or a run folder."""
+    if ref != "last" and JOB_ID.fullmatch(ref) is None and Path(ref).name not in ("", ".", ".."):
+        # A folder must be a direct child of the runs root: no symlink or '..' escapes it.
+        folder = Path(ref).absolute() if os.path.isabs(ref) else root / Path(ref).name
+        with contextlib.suppress(OSError):  # e.g. a name too long for the filesystem
+            if folder.parent == root and not folder.is_symlink() and (folder / RECORD).exists():
+                return read_run(folder)
     runs = all_runs(root)
     if ref == "last":
         if not runs:
             raise UserError(f"JOB: no jobs recorded under {root}; submit one first")
         return runs[0]
-    if ref.isdigit():
+    if JOB_ID.fullmatch(ref):
         for run in runs:
             if run.job_id == ref:
                 return run
         raise UserError(f"JOB: no job {ref} recorded under {root}; see `clustertrain list`")
-    # A folder must be a direct child of the runs root: no symlink or '..' escapes it.
-    candidate = Path(ref) if os.path.isabs(ref) else root / Path(ref).name
-    for run in runs:
-        if run.path == candidate.absolute() or run.path.name == ref:
-            return run
-    raise UserError(f"JOB: {ref!r} is neither a job id, 'last' nor a run folder under {root}")
+    raise UserError(
+        f"JOB: {printable(repr(ref))[:80]} is neither a job id, 'last' nor a run folder "
+        f"under {root}"
+    )

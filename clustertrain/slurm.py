@@ -39,6 +39,18 @@ TERMINAL_STATES = frozenset(
     }
 )
 _KEY_VALUE = re.compile(r"(\w+)=(\S*)")
+# Slurm job ids, and array tasks (N_M): nothing else reaches a Slurm command.
+JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?")
+
+
+class SlurmUnreachable(UserError):
+    """Slurm's commands fail (no configuration, the controller down): not a job state."""
+
+
+def checked_job_id(job_id: str) -> str:
+    if not JOB_ID.fullmatch(job_id):
+        raise UserError(f"JOB: {job_id[:40]!r} is not a Slurm job id (digits, or N_M)")
+    return job_id
 
 
 @dataclass(frozen=True)
@@ -136,9 +148,20 @@ class Slurm:
             raise UserError(f"sbatch: {exc}; is this a Slurm login node?") from exc
 
     def state(self, job_id: str) -> JobState:
-        shown = self._call("scontrol", "show", "job", "--oneliner", job_id)
+        """The job's state; :class:`SlurmUnreachable` when Slurm cannot be asked at all.
+
+        Only "Invalid job id" sends the question on to accounting: the controller forgets a
+        finished job after MinJobAge. Any other failure (no controller, no configuration) is
+        an answer of its own, never a state read from an old completion log.
+        """
+        shown = self._call("scontrol", "show", "job", "--oneliner", checked_job_id(job_id))
         if shown.returncode == 0 and shown.stdout.strip():
             return parse_scontrol_job(job_id, shown.stdout)
+        if "Invalid job id" not in shown.stderr:
+            raise SlurmUnreachable(
+                f"cannot ask Slurm about job {job_id}: {_first_error_line(shown.stderr)}; "
+                "check `scontrol ping` and SLURM_CONF"
+            )
         accounted = self._call(
             "sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,NodeList,Elapsed,ExitCode"
         )
@@ -152,7 +175,7 @@ class Slurm:
         return JobState(job_id=job_id, state="UNKNOWN")
 
     def cancel(self, job_id: str) -> None:
-        done = self._call("scancel", job_id)
+        done = self._call("scancel", checked_job_id(job_id))
         if done.returncode != 0:
             raise UserError(f"scancel {job_id}: {_first_error_line(done.stderr)}")
 
@@ -179,7 +202,7 @@ class Slurm:
 
     def batch_script(self, job_id: str) -> str:
         """The batch script as Slurm stored it at submission."""
-        done = self._call("scontrol", "write", "batch_script", job_id, "-")
+        done = self._call("scontrol", "write", "batch_script", checked_job_id(job_id), "-")
         if done.returncode != 0:
             raise UserError(
                 f"scontrol write batch_script {job_id}: {_first_error_line(done.stderr)}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +46,20 @@ def data_dir() -> Path:
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """An environment whose runs root is a fresh temporary folder."""
     return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """sbatch and srun stubs that record being called; a real submission must never reach them."""
+    bin_dir, called = tmp_path / "bin", tmp_path / "sbatch-called"
+    bin_dir.mkdir()
+    for name in ("sbatch", "srun"):
+        stub = bin_dir / name
+        stub.write_text(
+            f"#!/bin/sh\ntouch {shlex.quote(str(called))}\necho 'Submitted batch job 1'\n"
+        )
+        stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    return {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
+    }, called

@@ -7,7 +7,6 @@ called) or reproduced literally in the rendered job; nothing in it is ever execu
 from __future__ import annotations
 
 import shlex
-import stat
 from pathlib import Path
 
 import pytest
@@ -116,23 +115,6 @@ LITERAL: list[tuple[list[str], str]] = [
     (["--venv", "/opt/$(touch PWNED)"], shlex.quote("/opt/$(touch PWNED)")),
     (["--sbatch-option", "--comment=$(touch PWNED)"], '#SBATCH --comment="$(touch PWNED)"\n'),
 ]
-
-
-@pytest.fixture
-def fake_slurm(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    """sbatch and srun stubs that record being called; a real submission must never reach them."""
-    bin_dir, called = tmp_path / "bin", tmp_path / "sbatch-called"
-    bin_dir.mkdir()
-    for name in ("sbatch", "srun"):
-        stub = bin_dir / name
-        stub.write_text(
-            f"#!/bin/sh\ntouch {shlex.quote(str(called))}\necho 'Submitted batch job 1'\n"
-        )
-        stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
-    return {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
-    }, called
 
 
 def _assert_refused(done: object, field: str, sandbox: Path, called: Path) -> None:

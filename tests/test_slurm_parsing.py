@@ -8,7 +8,14 @@ from collections.abc import Sequence
 import pytest
 
 from clustertrain.errors import UserError
-from clustertrain.slurm import Slurm, parse_nodes, parse_partitions, parse_sacct, parse_scontrol_job
+from clustertrain.slurm import (
+    Slurm,
+    SlurmUnreachable,
+    parse_nodes,
+    parse_partitions,
+    parse_sacct,
+    parse_scontrol_job,
+)
 
 SCONTROL_JOB = (
     "JobId=42 JobName=mnist UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) "
@@ -69,8 +76,34 @@ def test_state_falls_back_from_scontrol_to_sacct_to_the_completion_log() -> None
     assert [c[0] for c in runner.calls] == ["scontrol", "sacct", "sacct"]
 
 
-def test_unknown_everywhere_is_unknown() -> None:
-    assert Slurm(FakeRunner({})).state("5").state == "UNKNOWN"
+def test_a_job_no_one_remembers_is_unknown() -> None:
+    gone = {"scontrol show job": (1, "", "slurm_load_jobs error: Invalid job id specified")}
+    assert Slurm(FakeRunner(gone)).state("5").state == "UNKNOWN"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+        "scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host",
+        "",
+    ],
+)
+def test_slurm_that_cannot_be_asked_is_not_a_job_state(error: str) -> None:
+    runner = FakeRunner({"scontrol show job": (1, "", error)})
+    with pytest.raises(SlurmUnreachable, match="cannot ask Slurm about job 5"):
+        Slurm(runner).state("5")
+    assert [c[0] for c in runner.calls] == ["scontrol"]  # no stale answer from accounting
+
+
+@pytest.mark.parametrize("job_id", ["5;id", "-1", "", "5 6", "1_", "x" * 20])
+def test_only_job_ids_reach_slurm(job_id: str) -> None:
+    runner = FakeRunner({})
+    with pytest.raises(UserError, match="not a Slurm job id"):
+        Slurm(runner).state(job_id)
+    with pytest.raises(UserError, match="not a Slurm job id"):
+        Slurm(runner).cancel(job_id)
+    assert runner.calls == []
 
 
 def test_partitions_and_nodes() -> None:
