@@ -69,9 +69,8 @@ def cli() -> None:
     help="Processes per node when it differs from the GPUs (CPU-only nodes).",
 )
 @click.option(
-    "--gres",
+    "--gres/--no-gres",
     "gpus_as_gres",
-    is_flag=True,
     default=None,
     help="Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).",
 )
@@ -84,7 +83,7 @@ def cli() -> None:
 @click.option("--account")
 @click.option("--qos")
 @click.option("--constraint")
-@click.option("--exclusive", is_flag=True, default=None)
+@click.option("--exclusive/--no-exclusive", default=None, help="Whole nodes for this job.")
 @click.option("--mem", help="Memory per node, e.g. 64G.")
 @click.option("--mail-type")
 @click.option("--mail-user")
@@ -110,6 +109,23 @@ def cli() -> None:
     help="Seconds before the time limit at which the job is warned (USR2).",
 )
 @click.option("--max-restarts", type=int, help="Worker restarts the launcher may do.")
+@click.option("--max-requeues", type=int, help="Requeues after a checkpoint (default 3).")
+@click.option(
+    "--rdzv-timeout",
+    "rdzv_timeout_s",
+    type=int,
+    help="Seconds the rendezvous and the first all-reduce may take (default 120).",
+)
+@click.option(
+    "--node-check/--no-node-check",
+    default=None,
+    help="Check every node's view of the head node before training (default on).",
+)
+@click.option(
+    "--replace-args",
+    is_flag=True,
+    help="Arguments after -- replace the job file's args instead of following them.",
+)
 @click.option("--venv", help="Virtual environment the nodes use (default: the current one).")
 @_runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print what would be submitted; touch nothing.")
@@ -125,6 +141,7 @@ def submit(
     runs_dir: str | None,
     dry_run: bool,
     no_preflight: bool,
+    replace_args: bool,
     **flags: Any,
 ) -> None:
     """Render a multi-node job and queue it; args after -- go to the training script."""
@@ -132,13 +149,18 @@ def submit(
     from clustertrain.render import render
     from clustertrain.spec import build_spec
 
-    train_args = ctx.meta.get("train_args")
-    flags["args"] = list(train_args) if train_args is not None else None
+    train_args = list(ctx.meta.get("train_args", ()))
+    flags["args"] = train_args if replace_args else None
     flags["env"] = list(flags["env"]) or None
     flags["sbatch_options"] = list(flags["sbatch_options"]) or None
-    if flags["venv"] is None and sys.prefix != sys.base_prefix:
-        flags["venv"] = sys.prefix
-    spec = build_spec(jobfile.load(job_file) if job_file else None, **flags)
+    # The virtual environment clustertrain runs in, unless the job file or --venv names one.
+    defaults = {"venv": sys.prefix} if sys.prefix != sys.base_prefix else {}
+    spec = build_spec(
+        jobfile.load(job_file) if job_file else None,
+        extra_args=() if replace_args else train_args,
+        defaults=defaults,
+        **flags,
+    )
     run_dir = runs.new_run_dir(runs.runs_root(runs_dir), spec.name)
     job = render(spec, str(run_dir), os.getcwd())
     if dry_run:

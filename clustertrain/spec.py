@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -103,28 +103,63 @@ class JobSpec:
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JobSpec))
 
 
-def build_spec(job_file: Mapping[str, Any] | None = None, **overrides: Any) -> JobSpec:
-    """Merge a job file's mapping with flag overrides (flags win) and validate every field.
+def build_spec(
+    job_file: Mapping[str, Any] | None = None,
+    *,
+    extra_args: Sequence[str] = (),
+    defaults: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> JobSpec:
+    """Merge ``defaults``, a job file's mapping and flag ``overrides`` (each later one wins), and
+    validate every field. Raises :class:`FieldError` on the first bad field.
 
-    ``None`` in overrides means "flag not given". Raises :class:`FieldError` on the first bad field.
+    ``None`` in overrides means "flag not given". ``env`` and ``sbatch_options`` are merged per
+    key (a flag's ``A=2`` replaces the file's ``A=1``, and keeps its ``B``); ``args`` given as an
+    override replace the file's, while ``extra_args`` (what follows ``--``) are appended to
+    them, so the script's parser sees the later value last and lets it win.
     """
-    values: dict[str, Any] = {}
-    if job_file is not None:
-        if not isinstance(job_file, Mapping):
-            raise FieldError(
-                "job file",
-                type(job_file).__name__,
-                "a job file must be a YAML mapping of field: value",
-            )
-        unknown = [key for key in job_file if key not in FIELDS]
-        if unknown:
-            key = min(unknown, key=str)
-            raise FieldError(
-                str(key), job_file[key], "unknown field; valid fields: " + ", ".join(FIELDS)
-            )
-        values.update(job_file)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return JobSpec(**{name: _VALIDATORS[name](name, value) for name, value in values.items()})
+    merged: dict[str, Any] = {}
+    for layer in (defaults or {}, _job_file_values(job_file), overrides):
+        for name, value in layer.items():
+            if value is None and layer is overrides:
+                continue
+            checked = _VALIDATORS[name](name, value)
+            merge = _MERGES.get(name)
+            merged[name] = merge(merged[name], checked) if merge and name in merged else checked
+    if extra_args:
+        merged["args"] = merged.get("args", ()) + _args("args", list(extra_args))
+    return JobSpec(**merged)
+
+
+def _job_file_values(job_file: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if job_file is None:
+        return {}
+    if not isinstance(job_file, Mapping):
+        raise FieldError(
+            "job file", type(job_file).__name__, "a job file must be a YAML mapping of field: value"
+        )
+    unknown = [key for key in job_file if key not in FIELDS]
+    if unknown:
+        key = min(unknown, key=str)
+        raise FieldError(
+            str(key), job_file[key], "unknown field; valid fields: " + ", ".join(FIELDS)
+        )
+    return job_file
+
+
+def _merge_env(
+    old: tuple[tuple[str, str], ...], new: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    return tuple({**dict(old), **dict(new)}.items())
+
+
+def _merge_options(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+    by_name = {option.partition("=")[0]: option for option in old}
+    by_name.update({option.partition("=")[0]: option for option in new})
+    return tuple(by_name.values())
+
+
+_MERGES: dict[str, Any] = {"env": _merge_env, "sbatch_options": _merge_options}
 
 
 def _int(low: int, high: int) -> Any:

@@ -1,6 +1,8 @@
 """``submit`` is schedule(render(spec)): write the run folder, queue the script, record the id.
 
-A submission either leaves a complete run folder with a job id, or nothing at all.
+Before sbatch succeeds, a failure leaves nothing behind. After it, the job is queued and reads
+its scripts from the run folder: the folder is kept whatever happens, and a failure to record
+the id says which job it was.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import shutil
 
 from clustertrain import preflight, runs
+from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob
 from clustertrain.slurm import Slurm
 
@@ -20,7 +23,14 @@ def submit_job(job: RenderedJob, slurm: Slurm | None = None, check: bool = True)
     path = runs.write_run_files(job)
     try:
         job_id = slurm.submit(job)
-        return runs.record_submission(job, job_id)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
+    try:
+        return runs.record_submission(job, job_id)
+    except OSError as exc:
+        raise UserError(
+            f"job {job_id} is queued, but its id could not be recorded in {path} "
+            f"({exc.strerror}); its scripts are kept there. Cancel it with `scancel {job_id}` "
+            "or free space and follow it by id"
+        ) from exc

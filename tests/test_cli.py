@@ -85,8 +85,49 @@ def test_job_file_with_flag_overrides_and_trailing_args(cli_env: dict[str, str])
     )
     assert done.returncode == 0, done.stderr
     assert "#SBATCH --nodes=3" in done.stdout and "--nnodes=3" in done.stdout
-    assert "    --epochs 5 \\\n    'it'\"'\"'s $(here)'\n" in done.stdout
-    assert "--recipe" not in done.stdout  # args after -- replace the job file's args
+    # After the job file's own args: the script's parser sees --epochs 5 last, and it wins.
+    assert (
+        "    --recipe fast \\\n    --epochs 2 \\\n    --epochs 5 \\\n    'it'\"'\"'s $(here)'\n"
+        in done.stdout
+    ), done.stdout
+
+
+def test_replace_args_drops_the_job_files_args(cli_env: dict[str, str]) -> None:
+    done = run_cli(
+        "submit", "jobs/mnist.yaml", "--replace-args", "--dry-run", "--", "--epochs", "5",
+        env=cli_env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "    --epochs 5\n" in done.stdout and "--recipe" not in done.stdout
+
+
+def test_env_and_sbatch_options_merge_per_key(cli_env: dict[str, str], tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "env: {A: file, B: file}\nsbatch_options: ['--comment=file', '--reservation=file']\n"
+        "venv: /opt/file-venv\nexclusive: true\nnode_check: true\n"
+    )
+    done = run_cli(
+        "submit", str(job), "--env", "A=flag", "--sbatch-option", "--comment=flag",
+        "--no-exclusive", "--no-node-check", "--dry-run", env=cli_env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "export A=flag\nexport B=file\n" in out
+    assert "#SBATCH --comment=flag\n#SBATCH --reservation=file\n" in out
+    assert "--exclusive" not in out and "nodecheck" not in out
+    # The job file's venv beats the one clustertrain itself runs in.
+    assert "export VIRTUAL_ENV=/opt/file-venv\n" in out
+
+
+def test_every_field_has_a_flag() -> None:
+    from clustertrain.cli import submit
+    from clustertrain.spec import FIELDS
+
+    flags = {p.name for p in submit.params} | {"args"}  # args: after --, or --replace-args
+    assert set(FIELDS) <= flags
+    booleans = [p for p in submit.params if p.name in ("exclusive", "gpus_as_gres", "node_check")]
+    assert all(p.secondary_opts for p in booleans)  # each has its --no- form
 
 
 def test_accelerate_job_file(cli_env: dict[str, str]) -> None:

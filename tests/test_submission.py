@@ -1,0 +1,63 @@
+"""submit = schedule(render(spec)): what is left behind when a step fails, and the submitit path."""
+
+from __future__ import annotations
+
+import errno
+import inspect
+from pathlib import Path
+
+import pytest
+import submitit
+
+from clustertrain import runs, submission
+from clustertrain.errors import UserError
+from clustertrain.render import render
+from clustertrain.slurm import Slurm
+from clustertrain.spec import build_spec
+
+
+class QueuedSlurm(Slurm):
+    """sbatch accepted the job (id 42)."""
+
+    def submit(self, job: object) -> str:
+        return "42"
+
+
+class RefusingSlurm(Slurm):
+    def submit(self, job: object) -> str:
+        raise UserError("sbatch failed: Invalid account")
+
+
+def _job(tmp_path: Path) -> object:
+    return render(build_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
+
+
+def test_a_queued_job_keeps_its_run_folder_when_its_id_cannot_be_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(job: object, job_id: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runs, "record_submission", full_disk)
+    job = _job(tmp_path)
+    with pytest.raises(UserError, match=r"job 42 is queued.*scancel 42"):
+        submission.submit_job(job, QueuedSlurm(), check=False)  # type: ignore[arg-type]
+    folder = Path(job.run_dir)  # type: ignore[attr-defined]
+    assert (folder / "launch.sh").is_file() and (folder / "job.sbatch").is_file()
+
+
+def test_a_refused_submission_leaves_nothing(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    with pytest.raises(UserError, match="Invalid account"):
+        submission.submit_job(job, RefusingSlurm(), check=False)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_private_submitit_method_clustertrain_uses_is_there() -> None:
+    """Slurm.submit calls SlurmExecutor._submit_command(command) and overrides
+    _make_submission_file_text(command, uid); pyproject pins submitit to releases that have
+    both with these parameters (the end-to-end tests run the real path)."""
+    executor = submitit.SlurmExecutor
+    assert list(inspect.signature(executor._submit_command).parameters) == ["self", "command"]
+    params = inspect.signature(executor._make_submission_file_text).parameters
+    assert list(params) == ["self", "command", "uid"]
