@@ -1,3 +1,18 @@
-"""clustertrain: take a PyTorch training script from one GPU to many Slurm nodes."""
+"""clustertrain: take a PyTorch training script from one GPU to many Slurm nodes.
+
+``clustertrain.submit(...)`` and ``clustertrain.Job`` are the Python API (:mod:`clustertrain.api`);
+they are imported on first use, so a rank importing ``clustertrain.runtime`` pays nothing for them.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["Job", "plan", "submit"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from clustertrain import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'clustertrain' has no attribute {name!r}")

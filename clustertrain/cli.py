@@ -7,7 +7,6 @@ status 2. Heavy modules (submitit, torch) are imported only by the commands that
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -145,36 +144,28 @@ def submit(
     **flags: Any,
 ) -> None:
     """Render a multi-node job and queue it; args after -- go to the training script."""
-    from clustertrain import jobfile, runs
-    from clustertrain.render import render
-    from clustertrain.spec import build_spec
+    from clustertrain import api
 
     train_args = list(ctx.meta.get("train_args", ()))
     flags["args"] = train_args if replace_args else None
     flags["env"] = list(flags["env"]) or None
     flags["sbatch_options"] = list(flags["sbatch_options"]) or None
-    # The virtual environment clustertrain runs in, unless the job file or --venv names one.
-    defaults = {"venv": sys.prefix} if sys.prefix != sys.base_prefix else {}
-    spec = build_spec(
-        jobfile.load(job_file) if job_file else None,
-        extra_args=() if replace_args else train_args,
-        defaults=defaults,
-        **flags,
-    )
-    run_dir = runs.new_run_dir(runs.runs_root(runs_dir), spec.name)
-    job = render(spec, str(run_dir), os.getcwd())
+    extra = () if replace_args else train_args
     if dry_run:
+        job = api.plan(job_file, extra_args=extra, runs_dir=runs_dir, **flags)
         click.echo(job.dry_run_text(), nl=False)
         return
-    from clustertrain.submission import submit_job
-
-    run = submit_job(job, check=not no_preflight)
-    click.echo(
-        f"submitted job {run.job_id}: {spec.nodes} node(s) x {spec.nproc_per_node} "
-        f"process(es), {spec.launcher}"
+    submitted = api.submit(
+        job_file, preflight=not no_preflight, extra_args=extra, runs_dir=runs_dir, **flags
     )
-    click.echo(f"run folder: {run.path}")
-    click.echo(f"follow it:  clustertrain logs {run.job_id} --follow")
+    assert isinstance(submitted, api.Job)
+    run = submitted.run
+    click.echo(
+        f"submitted job {run.job_id}: {run.nodes} node(s) x {run.world_size // run.nodes} "
+        f"process(es), {run.launcher}"
+    )
+    click.echo(f"run folder: {submitted.run_dir}")
+    click.echo(f"follow it:  clustertrain logs {submitted.job_id} --follow")
 
 
 @cli.command(epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42")
@@ -183,10 +174,10 @@ def submit(
 def status(job: str, runs_dir: str | None) -> None:
     """State, nodes, elapsed time, restarts and, once done, the final accuracy of JOB."""
     from clustertrain import runs
-    from clustertrain.slurm import Slurm
+    from clustertrain.api import Job
 
-    run = runs.find_run(runs.runs_root(runs_dir), job)
-    state = Slurm().state(run.job_id)
+    attached = Job.attach(job, runs_dir)
+    run, state = attached.run, attached.job_state()
     click.echo(f"job {run.job_id} ({runs.printable(run.name)}): {state.state}")
     click.echo(
         f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
@@ -229,12 +220,11 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
 @_runs_dir_option
 def cancel(job: str, runs_dir: str | None) -> None:
     """Cancel JOB (a job id, a run folder or 'last')."""
-    from clustertrain import runs
-    from clustertrain.slurm import Slurm
+    from clustertrain.api import Job
 
-    run = runs.find_run(runs.runs_root(runs_dir), job)
-    Slurm().cancel(run.job_id)
-    click.echo(f"cancelled job {run.job_id}")
+    attached = Job.attach(job, runs_dir)
+    attached.cancel()
+    click.echo(f"cancelled job {attached.job_id}")
 
 
 @cli.command(
@@ -257,10 +247,10 @@ def logs(
 ) -> None:
     """Every rank's output, each line prefixed with its node and rank."""
     from clustertrain import logs as joblogs
-    from clustertrain import runs
-    from clustertrain.slurm import Slurm
+    from clustertrain.api import Job
 
-    run = runs.find_run(runs.runs_root(runs_dir), job)
+    attached = Job.attach(job, runs_dir)
+    run = attached.run
     filters = joblogs.Filter(rank=rank, node=node, errors=errors)
     if not follow:
         failure = joblogs.first_failure(run) if errors else None
@@ -269,8 +259,7 @@ def logs(
         for line in joblogs.read_all(run, filters):
             click.echo(line)
         return
-    slurm = Slurm()
-    state = joblogs.follow(run, filters, lambda: slurm.state(run.job_id), sys.stdout)
+    state = joblogs.follow(run, filters, attached.job_state, sys.stdout)
     click.echo(f"clustertrain: job {run.job_id} ended {state.state}", err=True)
     if state.state != "COMPLETED":
         raise SystemExit(1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -162,14 +162,32 @@ def follow(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> JobState:
-    """Print new lines from every log as they are written, until the job ends; return its state.
+    """Print new lines from every log as they are written, until the job ends; return its state."""
+    lines = follow_lines(run, filters, job_state, clock, sleep)
+    while True:
+        try:
+            print(next(lines), file=out, flush=True)
+        except StopIteration as end:
+            return end.value  # type: ignore[no-any-return]
 
-    Only complete lines are printed; a final pass after the job ends catches the last ones.
+
+def follow_lines(
+    run: Run,
+    filters: Filter,
+    job_state: Callable[[], JobState],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Generator[str, None, JobState]:
+    """Yield new lines from every log as they are written, until the job ends; the generator's
+    return value is the final state.
+
+    Only complete lines are yielded; a final pass after the job ends catches the last ones.
     """
     offsets: dict[Path, int] = {}
     pending: dict[Path, bytes] = {}
 
-    def drain(final: bool) -> None:
+    def drain(final: bool) -> list[str]:
+        found = []
         for log in log_files(run):
             if not filters.wants_file(log):
                 continue
@@ -186,15 +204,16 @@ def follow(
             for raw in lines:
                 formatted = format_line(log, raw.decode("utf-8", "replace"), filters)
                 if formatted is not None:
-                    print(formatted, file=out, flush=True)
+                    found.append(formatted)
+        return found
 
     next_state = clock()
     while True:
-        drain(final=False)
+        yield from drain(final=False)
         if clock() >= next_state:
             state = job_state()
             if state.finished:
-                drain(final=True)
+                yield from drain(final=True)
                 return state
             next_state = clock() + STATE_POLL_S
         sleep(FILE_POLL_S)

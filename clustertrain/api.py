@@ -1,0 +1,148 @@
+"""The Python API: what the CLI does, for people who script their experiments.
+
+Example::
+
+    import clustertrain
+    job = clustertrain.submit("jobs/mnist.yaml", nodes=2, extra_args=["--epochs", "1"])
+    for line in job.logs(follow=True):    # every rank's lines until the job ends
+        print(line)
+    print(job.state, job.metrics()[-1])   # "COMPLETED", the closing record
+
+    print(clustertrain.submit(nodes=4, gpus_per_node=8, dry_run=True).dry_run_text())
+    job = clustertrain.Job.attach("42")   # a job submitted earlier, from the CLI or here
+
+Fields are the job file's keys (``clustertrain.spec.FIELDS``), validated exactly as the CLI's
+flags are; a bad value raises :class:`clustertrain.errors.FieldError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clustertrain import runs
+from clustertrain.render import RenderedJob
+
+if TYPE_CHECKING:
+    from clustertrain.slurm import JobState
+
+
+def plan(
+    job_file: str | None = None,
+    *,
+    extra_args: Sequence[str] = (),
+    runs_dir: str | None = None,
+    workdir: str | None = None,
+    **fields: Any,
+) -> RenderedJob:
+    """The job as it would be submitted (the dry run): validated, rendered, nothing written."""
+    from clustertrain import jobfile
+    from clustertrain.render import render
+    from clustertrain.spec import build_spec
+
+    # The virtual environment this runs in, unless the job file or a field names one.
+    defaults = {"venv": sys.prefix} if sys.prefix != sys.base_prefix else {}
+    spec = build_spec(
+        jobfile.load(job_file) if job_file else None,
+        extra_args=extra_args,
+        defaults=defaults,
+        **fields,
+    )
+    run_dir = runs.new_run_dir(runs.runs_root(runs_dir), spec.name)
+    return render(spec, str(run_dir), workdir or os.getcwd())
+
+
+def submit(
+    job_file: str | None = None,
+    *,
+    dry_run: bool = False,
+    preflight: bool = True,
+    extra_args: Sequence[str] = (),
+    runs_dir: str | None = None,
+    **fields: Any,
+) -> Job | RenderedJob:
+    """Validate, check against the partition (unless ``preflight=False``) and queue a job.
+
+    With ``dry_run=True`` nothing is checked against Slurm or written: the rendered job comes
+    back instead (``.batch_script``, ``.launch_script``, ``.dry_run_text()``).
+    """
+    job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
+    if dry_run:
+        return job
+    from clustertrain.submission import submit_job
+
+    return Job(submit_job(job, check=preflight))
+
+
+class Job:
+    """A submitted job, found through its run folder. Every property reads afresh."""
+
+    def __init__(self, run: runs.Run) -> None:
+        self.run = run
+
+    @classmethod
+    def attach(cls, ref: str, runs_dir: str | None = None) -> Job:
+        """A job by id, run folder or ``"last"``, as the CLI's JOB argument."""
+        return cls(runs.find_run(runs.runs_root(runs_dir), str(ref)))
+
+    @property
+    def job_id(self) -> str:
+        return self.run.job_id
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def state(self) -> str:
+        """Slurm's state now, e.g. PENDING, RUNNING, COMPLETED, FAILED."""
+        return self.job_state().state
+
+    def job_state(self) -> JobState:
+        """State, nodes, elapsed time and restarts, as Slurm reports them now."""
+        from clustertrain.slurm import Slurm
+
+        return Slurm().state(self.job_id)
+
+    def wait(self, timeout: float | None = None, poll_s: float = 3.0) -> str:
+        """Block until the job ends (or ``timeout`` seconds pass); return the state then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.job_state()
+            if state.finished or (deadline is not None and time.monotonic() >= deadline):
+                return str(state.state)
+            left = poll_s if deadline is None else deadline - time.monotonic()
+            time.sleep(max(0.0, min(poll_s, left)))
+
+    def logs(
+        self, follow: bool = False, rank: int | None = None, node: str | None = None
+    ) -> Iterator[str]:
+        """Every rank's lines, ``node1 rank0 | ...`` (only ``rank``'s or ``node``'s if given);
+        with ``follow``, new ones as they come, until the job ends."""
+        from clustertrain import logs
+
+        filters = logs.Filter(rank=rank, node=node)
+        if follow:
+            return logs.follow_lines(self.run, filters, self.job_state)
+        return logs.read_all(self.run, filters)
+
+    def cancel(self) -> None:
+        from clustertrain.slurm import Slurm
+
+        Slurm().cancel(self.job_id)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``)."""
+        path = self.run.out_dir / "metrics.jsonl"
+        if not path.exists():
+            return []
+        text = runs.read_regular(path, 256 << 20).decode("utf-8", "replace")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def __repr__(self) -> str:
+        return f"Job({self.job_id!r}, run_dir={str(self.run_dir)!r})"
