@@ -1,4 +1,5 @@
-"""Checkpoints that survive a kill at any moment, and the per-rank state they carry.
+"""Checkpoints that survive a kill at any moment, and the per-rank state they carry: plain
+PyTorch (:class:`Store`) and Accelerate's ``save_state`` folders.
 
 A checkpoint is taken at the end of every epoch (``epoch-0003.pt``) and, when the job is asked
 to stop, in the middle of one (``epoch-0003-step-000041.pt``: 41 steps of epoch 3 done).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,3 +98,40 @@ def gather(mine: dict[str, Any], distributed: bool, world_size: int) -> list[dic
     states: list[Any] = [None] * world_size
     torch.distributed.all_gather_object(states, mine)
     return states
+
+
+# Accelerate's flavour: ``accelerator.save_state`` writes a folder (model, optimizer, RNG states
+# of every process). Written under a temporary name and renamed, so a kill mid-write leaves
+# the previous folder as the newest complete one.
+_STATE = re.compile(r"state-(\d{9})")
+
+
+def save_accelerator_state(accelerator: Any, directory: Path, step: int) -> Path:
+    """``accelerator.save_state`` into ``DIR/state-<step>``, atomically; call on every rank."""
+    final = directory / f"state-{step:09d}"
+    tmp = directory / f".state-{step:09d}.tmp"
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                with open(path, "rb") as handle:
+                    os.fsync(handle.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(directory)
+        for old in sorted(_accelerator_states(directory), reverse=True)[KEEP:]:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def latest_accelerator_state(directory: Path) -> tuple[Path, int] | None:
+    """The newest complete ``state-<step>`` folder and its step, or None."""
+    states = sorted(_accelerator_states(directory), reverse=True)
+    return (states[0], int(states[0].name.split("-")[1])) if states else None
+
+
+def _accelerator_states(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return [p for p in directory.iterdir() if _STATE.fullmatch(p.name) and p.is_dir()]

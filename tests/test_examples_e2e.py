@@ -1,0 +1,54 @@
+"""jobs/examples/accelerate_preemptible.py on the real local cluster: signalled twice mid-epoch,
+it checkpoints, requeues, resumes, and finishes with every epoch done exactly once."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from clustertrain.slurm import Slurm
+from tests.conftest import run_cli
+from tests.test_preemption import _attempt_log, _slurm, _wait, release_requeued
+from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+
+pytestmark = pytest.mark.slurm
+EXAMPLE = "jobs/examples/accelerate_preemptible.py"
+STEPS = 20  # 640 samples, batches of 16, 2 processes
+
+
+def _signal_at(job_id: str, run_dir: Path, attempt: int, epoch: int) -> None:
+    reached = re.compile(rf"epoch {epoch} step 5/{STEPS} ")
+    _wait(
+        f"epoch {epoch}, attempt {attempt}",
+        lambda: bool(reached.search(_attempt_log(run_dir, attempt))),
+    )
+    _slurm("scancel", "--signal=USR2", job_id)
+    release_requeued(job_id, attempt + 1)
+
+
+def test_the_preemptible_example_survives_two_preemptions(
+    cluster: None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+    job_id, run_dir = submit(
+        env, "--launcher", "accelerate", "--script", EXAMPLE, "--nodes", "2",
+        "--gpus-per-node", "0", "--procs-per-node", "1",
+        "--", "--epochs", "3", "--step-delay", "0.3",
+    )  # fmt: skip
+    _signal_at(job_id, run_dir, attempt=0, epoch=1)
+    _signal_at(job_id, run_dir, attempt=1, epoch=2)
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    state = Slurm().state(job_id)
+    assert state.state == "COMPLETED" and state.restarts == 2, state
+    logs = [_attempt_log(run_dir, attempt) for attempt in range(3)]
+    assert all("stopping on SIGUSR2 at step" in log for log in logs[:2]), logs[0][-2000:]
+    assert all(re.search(r"resumed at step \d+ from", log) for log in logs[1:])
+    every = "".join(logs)
+    assert [every.count(f"epoch {k} done") for k in (1, 2, 3)] == [1, 1, 1], every[-3000:]
+    records = [json.loads(line) for line in (run_dir / "out" / "metrics.jsonl").open()]
+    assert [r["epoch"] for r in records] == [1, 2, 3]
