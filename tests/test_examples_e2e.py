@@ -11,7 +11,7 @@ import pytest
 
 from clustertrain.slurm import Slurm
 from tests.conftest import run_cli
-from tests.test_preemption import _attempt_log, _slurm, _wait, release_requeued
+from tests.test_preemption import _attempt_log, preempt_when
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
@@ -20,13 +20,7 @@ STEPS = 20  # 640 samples, batches of 16, 2 processes
 
 
 def _signal_at(job_id: str, run_dir: Path, attempt: int, epoch: int) -> None:
-    reached = re.compile(rf"epoch {epoch} step 5/{STEPS} ")
-    _wait(
-        f"epoch {epoch}, attempt {attempt}",
-        lambda: bool(reached.search(_attempt_log(run_dir, attempt))),
-    )
-    _slurm("scancel", "--signal=USR2", job_id)
-    release_requeued(job_id, attempt + 1)
+    preempt_when(job_id, run_dir, attempt, rf"epoch {epoch} step 5/{STEPS} ")
 
 
 def test_the_preemptible_example_survives_two_preemptions(

@@ -211,25 +211,27 @@ def test_environment_keys_the_scripts_read_are_refused(
     assert repr(key) in done.stderr
 
 
+def _submit_file(
+    content: str, tmp_path: Path, env: dict[str, str], *flags: str
+) -> subprocess.CompletedProcess[str]:
+    job = tmp_path / "job.yaml"
+    job.write_text(content)
+    return run_cli("submit", str(job), *flags, cwd=tmp_path, env=env)
+
+
 @pytest.mark.parametrize(("content", "field"), YAML_REFUSED)
 def test_yaml_scalars_that_are_not_what_they_look_like_are_refused(
     content: str, field: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
 ) -> None:
     env, called = fake_slurm
-    job = tmp_path / "job.yaml"
-    job.write_text(content)
-    done = run_cli("submit", str(job), cwd=tmp_path, env=env)
-    _assert_refused(done, field, tmp_path, called)
+    _assert_refused(_submit_file(content, tmp_path, env), field, tmp_path, called)
 
 
 @pytest.mark.parametrize(("content", "shown"), YAML_AS_TEXT)
 def test_unquoted_yaml_values_are_read_as_written(
     content: str, shown: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
 ) -> None:
-    env, _ = fake_slurm
-    job = tmp_path / "job.yaml"
-    job.write_text(content)
-    done = run_cli("submit", str(job), "--dry-run", cwd=tmp_path, env=env)
+    done = _submit_file(content, tmp_path, fake_slurm[0], "--dry-run")
     assert done.returncode == 0, done.stderr
     assert shown in done.stdout, done.stdout
 

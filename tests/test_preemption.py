@@ -345,15 +345,21 @@ def release_requeued(job_id: str, restarts: int) -> None:
     _slurm("scontrol", "update", f"jobid={job_id}", "StartTime=now")
 
 
-def _signal_mid_epoch(job_id: str, run_dir: Path, attempt: int, epoch: int) -> None:
-    reached = re.compile(rf"epoch {epoch}/3 step 20/{STEPS} ")
+def preempt_when(job_id: str, run_dir: Path, attempt: int, line: str) -> str:
+    """Once attempt ``attempt`` logs a line matching ``line``, send the job USR2 as a user
+    would, release it once requeued, and return what that attempt logged."""
+    reached = re.compile(line)
     _wait(
-        f"attempt {attempt} mid-epoch {epoch}",
+        f"attempt {attempt} to log {line!r}",
         lambda: bool(reached.search(_attempt_log(run_dir, attempt))),
     )
     _slurm("scancel", "--signal=USR2", job_id)
     release_requeued(job_id, attempt + 1)
-    log = _attempt_log(run_dir, attempt)
+    return _attempt_log(run_dir, attempt)
+
+
+def _signal_mid_epoch(job_id: str, run_dir: Path, attempt: int, epoch: int) -> None:
+    log = preempt_when(job_id, run_dir, attempt, rf"epoch {epoch}/3 step 20/{STEPS} ")
     assert re.search(
         rf"stopping on SIGUSR2 at epoch {epoch} step \d+/{STEPS}: checkpoint .* written in", log
     ), log[-3000:]
