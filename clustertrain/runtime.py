@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from clustertrain import protocol
+from clustertrain import env, protocol
 
 
 class StopRequest:
@@ -120,8 +120,7 @@ def teardown(accelerator: Any = None) -> None:
         dist.barrier()
     if accelerator is not None:
         accelerator.end_training()
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    env.destroy_process_group()
 
 
 def finish(code: int = 0, accelerator: Any = None) -> NoReturn:
