@@ -33,7 +33,7 @@ export PYTHONUNBUFFERED=1
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun --kill-on-bad-exit=1 {venv}/bin/torchrun --nnodes=2 --nproc-per-node=2 \\
     --rdzv-backend=c10d --rdzv-endpoint="$head:$((29500 + SLURM_JOB_ID % 20000))" \\
-    --rdzv-id="$SLURM_JOB_ID" jobs/mnist/train.py {args} --out-dir {out}/out
+    --rdzv-id="$SLURM_JOB_ID" -m jobs.mnist.train {args} --out-dir {out}/out
 """
 
 

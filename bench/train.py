@@ -1,6 +1,6 @@
 """Benchmark the MNIST entrypoint on this machine and print one markdown table.
 
-  python bench/train.py [--data-dir DIR] [--write bench/RESULTS-train.md]
+  python -m bench.train [--data-dir DIR] [--write bench/RESULTS-train.md]
 
 1. images/s of the reference recipe (classic CNN, batch 64, Adadelta), one process: the
    entrypoint's tensor data path vs torchvision's datasets.MNIST + DataLoader + ToTensor/Normalize.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -27,21 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs.mnist import data as mnist
+from jobs.mnist import images, model, recipes
+
+TRAIN = ["-m", "jobs.mnist.train"]
 ROOT = Path(__file__).resolve().parent.parent
-TRAIN = ROOT / "jobs" / "mnist" / "train.py"
-sys.path.insert(0, str(TRAIN.parent))
-
-import data as mnist  # noqa: E402
-
-
-def _entrypoint() -> Any:
-    """jobs/mnist/train.py as a module (this file's own name is train.py too)."""
-    spec = importlib.util.spec_from_file_location("mnist_train", TRAIN)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def throughput(data_dir: Path, steps: int) -> dict[str, float]:
@@ -49,14 +38,13 @@ def throughput(data_dir: Path, steps: int) -> dict[str, float]:
     from torch.utils.data import DataLoader
     from torchvision import datasets, transforms
 
-    train = _entrypoint()
     raw = mnist.ensure_mnist(data_dir)
-    config = train.parse_args(["--recipe", "reference"])
+    recipe = recipes.RECIPES["reference"]
     tensor_loader = DataLoader(
-        train.Images(*mnist.load_split(raw, train=True)),
+        images.Images(*mnist.load_split(raw, train=True)),
         batch_size=64,
         shuffle=True,
-        collate_fn=train._whole_batch,
+        collate_fn=images.whole_batch,
     )
     classic_loader = DataLoader(
         datasets.MNIST(
@@ -74,15 +62,15 @@ def throughput(data_dir: Path, steps: int) -> dict[str, float]:
     rates = {}
     for name, loader in (("tensors", tensor_loader), ("torchvision", classic_loader)):
         torch.manual_seed(1)
-        model = train.mnist_model.build("classic")
-        optimizer, _ = train.build_training(config, model, len(loader))
+        net = model.build("classic")
+        optimizer, _ = recipes.build_training(recipe, recipe.lr, recipe.epochs, net, len(loader))
         batches = iter(loader)
         warmup = 10
         for step in range(warmup + steps):
             if step == warmup:
                 start = time.perf_counter()
             x, y = next(batches)
-            loss = train._loss(config, model(x), y)
+            loss = recipes.loss(recipe, net(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -95,7 +83,7 @@ def time_to_target(data_dir: Path, recipe: str, work: Path) -> dict[str, Any]:
     subprocess.run(
         [
             sys.executable,
-            str(TRAIN),
+            *TRAIN,
             "--recipe",
             recipe,
             "--target-acc",
@@ -109,6 +97,7 @@ def time_to_target(data_dir: Path, recipe: str, work: Path) -> dict[str, Any]:
             "1000",
         ],
         check=True,
+        cwd=ROOT,
     )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     done = records[-1]
@@ -157,7 +146,7 @@ def peak_memory(data_dir: Path, ranks: int, work: Path) -> dict[str, float]:
             str(torchrun),
             "--standalone",
             f"--nproc-per-node={ranks}",
-            str(TRAIN),
+            *TRAIN,
             "--strategy",
             "ddp",
             "--recipe",
@@ -173,6 +162,7 @@ def peak_memory(data_dir: Path, ranks: int, work: Path) -> dict[str, float]:
             "1000",
         ],
         stdout=subprocess.DEVNULL,
+        cwd=ROOT,
     )
     peak = {"pss": 0, "rss": 0, "data": 0}
 
@@ -239,7 +229,7 @@ def main() -> int:
     table = "\n".join(
         [
             f"MNIST entrypoint, one process unless said, {cpus} CPU cores, no GPU "
-            "(`python bench/train.py`):",
+            "(`python -m bench.train`):",
             "",
             "| measure | value |",
             "|---|---|",

@@ -77,7 +77,10 @@ def cli() -> None:
 @click.option("--time", help="Time limit, e.g. 01:30:00 or 2-00:00:00.")
 @click.option("--name", help="Slurm job name.")
 @click.option("--launcher", help="torchrun (default) or accelerate.")
-@click.option("--script", help="Training script every node runs (default jobs/mnist/train.py).")
+@click.option("--script", help="Training script every process runs, e.g. train.py.")
+@click.option(
+    "--module", help="Python module every process runs as `python -m` (default jobs.mnist.train)."
+)
 @click.option("--partition")
 @click.option("--account")
 @click.option("--qos")

@@ -232,4 +232,4 @@ def launcher_argv(spec: JobSpec) -> tuple[str, ...]:
             f"--max-restarts={spec.max_restarts}",
             "--tee=3",
         )
-    return (*head, spec.script, *spec.args)
+    return (*head, *spec.entrypoint, *spec.args)

@@ -62,7 +62,9 @@ class JobSpec:
     cpus_per_task: int = 4
     time: str = "01:00:00"
     launcher: Launcher = "torchrun"
-    script: str = "jobs/mnist/train.py"
+    # What each process runs: a script path, or a module run as `python -m` (one of the two).
+    script: str | None = None
+    module: str | None = "jobs.mnist.train"
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     partition: str | None = None
@@ -90,6 +92,11 @@ class JobSpec:
     @property
     def world_size(self) -> int:
         return self.nodes * self.nproc_per_node
+
+    @property
+    def entrypoint(self) -> tuple[str, ...]:
+        """What follows the launcher's own options: ``SCRIPT`` or ``-m MODULE``."""
+        return ("-m", self.module) if self.module is not None else (str(self.script),)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a job file would hold it (what a run folder records)."""
@@ -120,12 +127,17 @@ def build_spec(
     """
     merged: dict[str, Any] = {}
     for layer in (defaults or {}, _job_file_values(job_file), overrides):
+        given = {name: value for name, value in layer.items() if value is not None}
+        if "script" in given and "module" in given:
+            raise FieldError("module", given["module"], "give either script or module, not both")
         for name, value in layer.items():
             if value is None and layer is overrides:
                 continue
             checked = _VALIDATORS[name](name, value)
             merge = _MERGES.get(name)
             merged[name] = merge(merged[name], checked) if merge and name in merged else checked
+            if name in _EITHER and checked is not None:
+                merged[_EITHER[name]] = None  # a later layer's script replaces a module
     if extra_args:
         merged["args"] = merged.get("args", ()) + _args("args", list(extra_args))
     return JobSpec(**merged)
@@ -160,6 +172,8 @@ def _merge_options(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...
 
 
 _MERGES: dict[str, Any] = {"env": _merge_env, "sbatch_options": _merge_options}
+_EITHER = {"script": "module", "module": "script"}
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def _int(low: int, high: int) -> Any:
@@ -261,7 +275,17 @@ def _launcher(name: str, value: Any) -> str:
     return str(value)
 
 
-def _script(name: str, value: Any) -> str:
+def _module(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 256 or not _MODULE.fullmatch(value):
+        raise FieldError(name, value, "must be a dotted Python module name, e.g. jobs.mnist.train")
+    return value
+
+
+def _script(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
     text = _text(name, value, max_len=1024)
     if not text or text.startswith("-") or not text.isprintable():
         raise FieldError(
@@ -374,6 +398,7 @@ _VALIDATORS: dict[str, Any] = {
     "time": _time,
     "launcher": _launcher,
     "script": _script,
+    "module": _module,
     "args": _args,
     "env": _env,
     "partition": _pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug"),

@@ -35,7 +35,8 @@ def data_dir() -> Path:
     default = Path.home() / ".cache" / "clustertrain" / "mnist"
     path = Path(os.environ.get("CLUSTERTRAIN_DATA_DIR", default))
     subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "mnist" / "data.py"), "--data-dir", str(path)],
+        [sys.executable, "-m", "jobs.mnist.data", "--data-dir", str(path)],
+        cwd=ROOT,
         check=True,
         timeout=600,
     )

@@ -93,7 +93,19 @@ def test_torchrun_line_has_the_c10d_rendezvous_on_the_head_node() -> None:
     assert argv[:4] == ("torchrun", "--nnodes=4", "--nproc-per-node=8", "--rdzv-backend=c10d")
     assert "--rdzv-endpoint=$HEAD_NODE:$RDZV_PORT" in argv
     assert "--rdzv-id=$SLURM_JOB_ID" in argv
-    assert argv[-3:] == ("jobs/mnist/train.py", "--epochs", "3")
+    assert argv[-4:] == ("-m", "jobs.mnist.train", "--epochs", "3")
+
+
+def test_a_script_replaces_the_default_module_and_the_last_layer_wins() -> None:
+    script = build_spec(script="train.py", args=["--epochs", "3"])
+    assert script.module is None and render(script, RUN_DIR, WORKDIR).launch_argv[-3:] == (
+        "train.py",
+        "--epochs",
+        "3",
+    )
+    # A flag's module replaces the job file's script, and the other way round.
+    assert build_spec({"script": "train.py"}, module="pkg.train").entrypoint == ("-m", "pkg.train")
+    assert build_spec({"module": "pkg.train"}, script="x.py").entrypoint == ("x.py",)
 
 
 def test_accelerate_takes_the_machine_rank_on_each_node_at_run_time() -> None:

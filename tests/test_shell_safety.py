@@ -121,7 +121,7 @@ def test_training_args_and_env_values_arrive_literally(
         stubs,
     )
     argv = recorded["argv"]
-    assert isinstance(argv, list) and argv[-len(args) - 1 :] == ["jobs/mnist/train.py", *args]
+    assert isinstance(argv, list) and argv[-len(args) - 2 :] == ["-m", "jobs.mnist.train", *args]
     env = recorded["env"]
     assert isinstance(env, dict) and env["USER_VALUE"] == env_value
     assert env["HEAD_NODE"] == "node1" and env["RDZV_PORT"] == str(29500 + 7)

@@ -83,6 +83,10 @@ def test_bad_times_name_the_field(value: object) -> None:
         ("sbatch_options", ["-N 3"]),
         ("sbatch_options", ["--x=a\nb"]),
         ("script", "--help"),
+        ("module", "jobs/mnist/train.py"),
+        ("module", "-c"),
+        ("module", "os;system"),
+        ("module", "a..b"),
         ("venv", "relative/venv"),
         ("exclusive", "yes"),
         ("signal_lead_s", 5),
@@ -127,7 +131,8 @@ def test_env_accepts_a_mapping_or_key_value_flags() -> None:
 def test_shipped_job_files_are_valid() -> None:
     for path in sorted((ROOT / "jobs").glob("*.yaml")):
         spec = build_spec(load_job_file(str(path)))
-        assert spec.script == "jobs/mnist/train.py" and (ROOT / spec.script).is_file()
+        assert spec.script is None and spec.module == "jobs.mnist.train"
+        assert (ROOT / "jobs" / "mnist" / "train.py").is_file()
 
 
 def test_yaml_tags_that_build_objects_are_refused(tmp_path: Path) -> None:

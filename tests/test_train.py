@@ -1,6 +1,6 @@
-"""jobs/mnist/train.py run the way users run it: as a script, under torchrun, under srun-style
-variables, under accelerate launch, and from a notebook launcher. Small subsets keep each run to
-seconds on a 2-core CPU; the test set is always the full 10,000 images."""
+"""The MNIST job run the way users run it: `python -m jobs.mnist.train`, under torchrun, under
+srun-style variables, under accelerate launch, and from a notebook launcher. Small subsets keep
+each run to seconds on a 2-core CPU; the test set is always the full 10,000 images."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAIN = ROOT / "jobs" / "mnist" / "train.py"
+TRAIN = ["-m", "jobs.mnist.train"]  # run as users run it, from the repository root
 BIN = Path(sys.executable).parent
 # Small, stable settings: 4,000 images, 2 epochs, the lean net.
 SMALL = ["--recipe", "fast", "--limit-train", "4000", "--batch-size", "64", "--lr", "0.05"]
@@ -65,7 +65,7 @@ def _train(data_dir: Path, out: Path, *args: str, launcher: list[str] | None = N
     proc = _run(
         [
             *(launcher or [sys.executable]),
-            str(TRAIN),
+            *TRAIN,
             *args,
             "--data-dir",
             str(data_dir),
@@ -114,6 +114,40 @@ def test_ddp_under_torchrun(data_dir: Path, tmp_path: Path) -> None:
     proc = _train(data_dir, tmp_path, "--strategy", "ddp", *SMALL, launcher=torchrun)
     _check_run(tmp_path, "ddp", 2)
     assert proc.stdout.count("epoch 2/2: train_loss") == 1  # rank 0 reports, rank 1 is quiet
+    assert "global batch 128 (64 per process), lr 0.05" in proc.stdout
+
+
+def test_run_as_a_file_says_how_to_run_it() -> None:
+    proc = _run([sys.executable, "jobs/mnist/train.py", "--help"])
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "error: run it as a module from the repository root: python -m jobs.mnist.train\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("recipe", "world", "batch_size", "lr", "expected"),
+    [
+        # The recipe's global batch is split: every world takes the same steps.
+        ("fast", 1, None, None, (128, 128, 0.2)),
+        ("fast", 4, None, None, (32, 128, 0.2)),
+        ("fast", 3, None, None, (43, 129, 0.2 * 129 / 128)),  # rounded up, lr follows
+        ("fast", 256, None, None, (1, 256, 0.4)),
+        # A per-process batch grows the global one; the fast recipe's lr scales with it.
+        ("fast", 4, 128, None, (128, 512, 0.8)),
+        ("fast", 4, 128, 0.1, (128, 512, 0.1)),  # an explicit lr is taken as given
+        ("reference", 4, None, None, (16, 64, 1.0)),
+        ("reference", 2, 64, None, (64, 128, 1.0)),  # Adadelta: no lr scaling
+    ],
+)
+def test_batching_scales_with_the_world(
+    recipe: str, world: int, batch_size: int | None, lr: float | None, expected: tuple
+) -> None:
+    from jobs.mnist import recipes
+
+    got = recipes.batching(recipes.RECIPES[recipe], world, batch_size, lr)
+    assert (got.per_process, got.global_batch) == expected[:2]
+    assert got.lr == pytest.approx(expected[2])
 
 
 def test_ddp_from_slurm_variables_only(data_dir: Path, tmp_path: Path) -> None:
@@ -123,7 +157,7 @@ def test_ddp_from_slurm_variables_only(data_dir: Path, tmp_path: Path) -> None:
         subprocess.Popen(
             [
                 sys.executable,
-                str(TRAIN),
+                *TRAIN,
                 "--strategy",
                 "ddp",
                 *SMALL,
@@ -170,10 +204,8 @@ def test_notebook_launcher(data_dir: Path, tmp_path: Path) -> None:
         str(tmp_path),
     ]
     code = (
-        "import sys\n"
-        f"sys.path.insert(0, {str(TRAIN.parent)!r})\n"
         "from accelerate import notebook_launcher\n"
-        "import train\n"
+        "from jobs.mnist import train\n"
         f"config = train.parse_args({argv!r})\n"
         f"notebook_launcher(train.train, (config,), num_processes=2, use_port='{_free_port()}')\n"
     )
@@ -199,7 +231,7 @@ def test_resume_continues_exactly(data_dir: Path, tmp_path: Path) -> None:
 def test_resume_refuses_a_different_schedule(data_dir: Path, tmp_path: Path) -> None:
     args = ["--recipe", "fast", "--limit-train", "1000", "--data-dir", str(data_dir)]
     _train(data_dir, tmp_path, *args, "--epochs", "1")
-    proc = _run([sys.executable, str(TRAIN), *args, "--epochs", "3", "--out-dir", str(tmp_path)])
+    proc = _run([sys.executable, *TRAIN, *args, "--epochs", "3", "--out-dir", str(tmp_path)])
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--no-resume" in proc.stderr, proc.stderr
 
@@ -222,7 +254,7 @@ def test_corrupted_data_is_refused(data_dir: Path, tmp_path: Path) -> None:
     proc = _run(
         [
             sys.executable,
-            str(TRAIN),
+            *TRAIN,
             "--data-dir",
             str(tmp_path / "data"),
             "--out-dir",
@@ -244,7 +276,7 @@ def test_corrupted_data_is_refused(data_dir: Path, tmp_path: Path) -> None:
     ],
 )
 def test_bad_flag_is_one_line(args: list[str], message: str) -> None:
-    proc = _run([sys.executable, str(TRAIN), *args])
+    proc = _run([sys.executable, *TRAIN, *args])
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
 
@@ -256,7 +288,7 @@ def test_world_size_mismatch_fails_loudly(data_dir: Path, tmp_path: Path) -> Non
             "--standalone",
             "--nproc-per-node",
             "2",
-            str(TRAIN),
+            *TRAIN,
             "--strategy",
             "single",
             "--data-dir",

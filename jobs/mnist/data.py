@@ -3,7 +3,7 @@
 Layout is torchvision's (``DATA_DIR/MNIST/raw/train-images-idx3-ubyte`` ...), so the classic
 ``datasets.MNIST(root=DATA_DIR, download=False)`` reads the same files.
 
-Run ``python jobs/mnist/data.py [--data-dir DIR]`` to prepare and verify the files by hand.
+Run ``python -m jobs.mnist.data [--data-dir DIR]`` to prepare and verify the files by hand.
 """
 
 from __future__ import annotations
