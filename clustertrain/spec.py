@@ -134,6 +134,8 @@ def build_spec(
             if value is None and layer is overrides:
                 continue
             checked = _VALIDATORS[name](name, value)
+            if isinstance(checked, Plain):  # a spec holds plain values (run folders dump them)
+                checked = str(checked)
             merge = _MERGES.get(name)
             merged[name] = merge(merged[name], checked) if merge and name in merged else checked
             if name in _EITHER and checked is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clustertrain.errors import FieldError
 from clustertrain.jobfile import load as load_job_file
@@ -141,3 +142,17 @@ def test_yaml_tags_that_build_objects_are_refused(tmp_path: Path) -> None:
     with pytest.raises(FieldError, match="not valid YAML"):
         load_job_file(str(bad))
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_job_file_of_unquoted_words_becomes_plain_values(tmp_path: Path) -> None:
+    """Unquoted scalars are read as jobfile.Plain; the spec (and the run folder's YAML dump of
+    it) must hold ordinary strings, or recording a submission fails after validation."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: x\npartition: debug\nqos: normal\nmem: 1G\naccount: proj\nmodule: pkg.train\n"
+        "constraint: a100\nmail_type: END\ntime: 10\nlauncher: torchrun\n"
+    )
+    spec = build_spec(load_job_file(str(path)))
+    values = spec.to_dict()
+    assert all(type(v) is str for v in values.values() if isinstance(v, str)), values
+    assert yaml.safe_load(yaml.safe_dump(values)) == values
