@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -79,11 +80,32 @@ def submit(
     return Job(submit_job(job, check=preflight))
 
 
+def run_local(
+    job_file: str | None = None,
+    *,
+    extra_args: Sequence[str] = (),
+    runs_dir: str | None = None,
+    **fields: Any,
+) -> Job:
+    """Start the job on this machine without Slurm (see :mod:`clustertrain.local`); returns
+    at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
+    from clustertrain import local
+
+    job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
+    path = runs.write_run_files(job)
+    supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.local", str(path)])
+    local.write_state(path, pid=supervisor.pid, start_ticks=local.start_ticks(supervisor.pid))
+    started = Job(runs.record_submission(job, f"local-{supervisor.pid}"))
+    started._process = supervisor
+    return started
+
+
 class Job:
     """A submitted job, found through its run folder. Every property reads afresh."""
 
     def __init__(self, run: runs.Run) -> None:
         self.run = run
+        self._process: subprocess.Popen[bytes] | None = None  # a local run started here
 
     @classmethod
     def attach(cls, ref: str, runs_dir: str | None = None) -> Job:
@@ -105,8 +127,13 @@ class Job:
 
     def job_state(self) -> JobState:
         """State, nodes, elapsed time and restarts, as Slurm reports them now."""
+        from clustertrain import local
         from clustertrain.slurm import Slurm
 
+        if local.is_local(self.job_id):
+            if self._process is not None:
+                self._process.poll()  # reaps it once it ended
+            return local.state(self.run_dir, self.job_id)  # type: ignore[no-any-return]
         return Slurm().state(self.job_id)
 
     def wait(self, timeout: float | None = None, poll_s: float = 3.0) -> str:
@@ -132,9 +159,13 @@ class Job:
         return logs.read_all(self.run, filters)
 
     def cancel(self) -> None:
+        from clustertrain import local
         from clustertrain.slurm import Slurm
 
-        Slurm().cancel(self.job_id)
+        if local.is_local(self.job_id):
+            local.cancel(self.run_dir, self.job_id)
+        else:
+            Slurm().cancel(self.job_id)
 
     def metrics(self) -> list[dict[str, Any]]:
         """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``)."""

@@ -58,77 +58,99 @@ def cli() -> None:
     """Run a PyTorch training script on many Slurm nodes: torchrun or accelerate, one command."""
 
 
+# The spec's flags, shared by `submit` and `run`: every field of a job file has one.
+_SPEC_OPTIONS = [
+    click.option("--nodes", type=int, help="Nodes to allocate (one launcher per node)."),
+    click.option("--gpus-per-node", type=int, help="GPUs per node; one process per GPU."),
+    click.option(
+        "--procs-per-node",
+        type=int,
+        help="Processes per node when it differs from the GPUs (CPU-only nodes).",
+    ),
+    click.option(
+        "--gres/--no-gres",
+        "gpus_as_gres",
+        default=None,
+        help="Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).",
+    ),
+    click.option("--cpus-per-task", type=int, help="CPUs for each node's launcher task."),
+    click.option("--time", help="Time limit, e.g. 01:30:00 or 2-00:00:00."),
+    click.option("--name", help="Slurm job name."),
+    click.option("--launcher", help="torchrun (default) or accelerate."),
+    click.option("--script", help="Training script every process runs, e.g. train.py."),
+    click.option(
+        "--module",
+        help="Python module every process runs as `python -m` (default jobs.mnist.train).",
+    ),
+    click.option("--partition"),
+    click.option("--account"),
+    click.option("--qos"),
+    click.option("--constraint"),
+    click.option("--exclusive/--no-exclusive", default=None, help="Whole nodes for this job."),
+    click.option("--mem", help="Memory per node, e.g. 64G."),
+    click.option("--mail-type"),
+    click.option("--mail-user"),
+    click.option("--dependency", help="e.g. afterok:1234"),
+    click.option(
+        "--sbatch-option",
+        "sbatch_options",
+        multiple=True,
+        metavar="--OPT=VALUE",
+        help="Any other sbatch option, passed through (repeatable).",
+    ),
+    click.option(
+        "--env",
+        "env",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Environment variable for the job (repeatable).",
+    ),
+    click.option(
+        "--signal-lead",
+        "signal_lead_s",
+        type=int,
+        help="Seconds before the time limit at which the job is warned (USR2).",
+    ),
+    click.option("--max-restarts", type=int, help="Worker restarts the launcher may do."),
+    click.option("--max-requeues", type=int, help="Requeues after a checkpoint (default 3)."),
+    click.option(
+        "--rdzv-timeout",
+        "rdzv_timeout_s",
+        type=int,
+        help="Seconds the rendezvous and the first all-reduce may take (default 120).",
+    ),
+    click.option(
+        "--node-check/--no-node-check",
+        default=None,
+        help="Check every node's view of the head node before training (default on).",
+    ),
+    click.option(
+        "--replace-args",
+        is_flag=True,
+        help="Arguments after -- replace the job file's args instead of following them.",
+    ),
+    click.option("--venv", help="Virtual environment the nodes use (default: the current one)."),
+]
+
+
+def _spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_SPEC_OPTIONS):
+        func = option(func)
+    return func
+
+
+def _spec_fields(ctx: click.Context, replace_args: bool, flags: dict[str, Any]) -> list[str]:
+    """Flags as spec fields (in place); returns the args that follow the job file's."""
+    train_args = list(ctx.meta.get("train_args", ()))
+    flags["args"] = train_args if replace_args else None
+    flags["env"] = list(flags["env"]) or None
+    flags["sbatch_options"] = list(flags["sbatch_options"]) or None
+    return [] if replace_args else train_args
+
+
 @cli.command(cls=_SubmitCommand, epilog=_EPILOG_SUBMIT)
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
-@click.option("--nodes", type=int, help="Nodes to allocate (one launcher per node).")
-@click.option("--gpus-per-node", type=int, help="GPUs per node; one process per GPU.")
-@click.option(
-    "--procs-per-node",
-    type=int,
-    help="Processes per node when it differs from the GPUs (CPU-only nodes).",
-)
-@click.option(
-    "--gres/--no-gres",
-    "gpus_as_gres",
-    default=None,
-    help="Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).",
-)
-@click.option("--cpus-per-task", type=int, help="CPUs for each node's launcher task.")
-@click.option("--time", help="Time limit, e.g. 01:30:00 or 2-00:00:00.")
-@click.option("--name", help="Slurm job name.")
-@click.option("--launcher", help="torchrun (default) or accelerate.")
-@click.option("--script", help="Training script every process runs, e.g. train.py.")
-@click.option(
-    "--module", help="Python module every process runs as `python -m` (default jobs.mnist.train)."
-)
-@click.option("--partition")
-@click.option("--account")
-@click.option("--qos")
-@click.option("--constraint")
-@click.option("--exclusive/--no-exclusive", default=None, help="Whole nodes for this job.")
-@click.option("--mem", help="Memory per node, e.g. 64G.")
-@click.option("--mail-type")
-@click.option("--mail-user")
-@click.option("--dependency", help="e.g. afterok:1234")
-@click.option(
-    "--sbatch-option",
-    "sbatch_options",
-    multiple=True,
-    metavar="--OPT=VALUE",
-    help="Any other sbatch option, passed through (repeatable).",
-)
-@click.option(
-    "--env",
-    "env",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Environment variable for the job (repeatable).",
-)
-@click.option(
-    "--signal-lead",
-    "signal_lead_s",
-    type=int,
-    help="Seconds before the time limit at which the job is warned (USR2).",
-)
-@click.option("--max-restarts", type=int, help="Worker restarts the launcher may do.")
-@click.option("--max-requeues", type=int, help="Requeues after a checkpoint (default 3).")
-@click.option(
-    "--rdzv-timeout",
-    "rdzv_timeout_s",
-    type=int,
-    help="Seconds the rendezvous and the first all-reduce may take (default 120).",
-)
-@click.option(
-    "--node-check/--no-node-check",
-    default=None,
-    help="Check every node's view of the head node before training (default on).",
-)
-@click.option(
-    "--replace-args",
-    is_flag=True,
-    help="Arguments after -- replace the job file's args instead of following them.",
-)
-@click.option("--venv", help="Virtual environment the nodes use (default: the current one).")
+@_spec_options
 @_runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print what would be submitted; touch nothing.")
 @click.option(
@@ -149,11 +171,7 @@ def submit(
     """Render a multi-node job and queue it; args after -- go to the training script."""
     from clustertrain import api
 
-    train_args = list(ctx.meta.get("train_args", ()))
-    flags["args"] = train_args if replace_args else None
-    flags["env"] = list(flags["env"]) or None
-    flags["sbatch_options"] = list(flags["sbatch_options"]) or None
-    extra = () if replace_args else train_args
+    extra = _spec_fields(ctx, replace_args, flags)
     if dry_run:
         job = api.plan(job_file, extra_args=extra, runs_dir=runs_dir, **flags)
         click.echo(job.dry_run_text(), nl=False)
@@ -169,6 +187,51 @@ def submit(
     )
     click.echo(f"run folder: {submitted.run_dir}")
     click.echo(f"follow it:  clustertrain logs {submitted.job_id} --follow")
+
+
+@cli.command(
+    cls=_SubmitCommand,
+    epilog="\b\nExamples:\n  clustertrain run jobs/mnist.yaml --nodes 2 -- --epochs 1\n"
+    "  clustertrain run --script train.py --procs-per-node 2 --dry-run",
+)
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False))
+@_spec_options
+@_runs_dir_option
+@click.option("--dry-run", is_flag=True, help="Print the command it would run; touch nothing.")
+@click.pass_context
+def run(
+    ctx: click.Context,
+    job_file: str | None,
+    runs_dir: str | None,
+    dry_run: bool,
+    replace_args: bool,
+    **flags: Any,
+) -> None:
+    """Run the job here, without Slurm, and follow it: nodes x processes ranks on this machine.
+
+    The run folder is laid out as a Slurm job's, so status, logs and list work on it."""
+    import shlex
+
+    from clustertrain import api, local
+
+    extra = _spec_fields(ctx, replace_args, flags)
+    if dry_run:
+        spec = api.plan(job_file, extra_args=extra, runs_dir=runs_dir, **flags).spec
+        click.echo(shlex.join(local.launcher_argv(spec, port=0)).replace(" --", " \\\n    --"))
+        return
+    job = api.run_local(job_file, extra_args=extra, runs_dir=runs_dir, **flags)
+    run = job.run
+    click.echo(f"local run {run.job_id}: {run.world_size} process(es) here, {run.launcher}")
+    click.echo(f"run folder: {job.run_dir}")
+    try:
+        from clustertrain import logs as joblogs
+
+        state = joblogs.follow(run, joblogs.Filter(), job.job_state, sys.stdout)
+    except KeyboardInterrupt:  # the whole foreground group got it; the supervisor records it
+        state = job.job_state() if job.wait(timeout=60) else job.job_state()
+    click.echo(f"clustertrain: local run {run.job_id} ended {state.state}", err=True)
+    if state.state != "COMPLETED":
+        raise SystemExit(1)
 
 
 @cli.command(epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42")

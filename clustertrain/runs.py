@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain.errors import UserError
+from clustertrain.local import LOCAL_ID
 from clustertrain.render import RenderedJob
 from clustertrain.slurm import JOB_ID
 from clustertrain.spec import LAUNCHERS
@@ -167,13 +168,18 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
 
 # job.json's fields: (type, check) each; anything else in the file is refused.
 _RECORD_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "job_id": lambda v: isinstance(v, str) and JOB_ID.fullmatch(v) is not None,
+    "job_id": lambda v: isinstance(v, str) and _is_job_id(v),
     "name": lambda v: isinstance(v, str) and 0 < len(v) <= 128,
     "submitted_at": lambda v: isinstance(v, str) and len(v) <= 64,
     "nodes": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 100_000,
     "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 10**7,
     "launcher": lambda v: v in LAUNCHERS,
 }
+
+
+def _is_job_id(text: str) -> bool:
+    """A Slurm job id (``42``, ``42_3``) or a local run's (``local-1234``)."""
+    return JOB_ID.fullmatch(text) is not None or LOCAL_ID.fullmatch(text) is not None
 
 
 def read_run(path: Path) -> Run:
@@ -210,7 +216,7 @@ def all_runs(root: Path, warn: Callable[[str], None] | None = None) -> list[Run]
 
 def find_run(root: Path, ref: str) -> Run:
     """The run a user means: ``last``, a job id (the newest run with it) or a run folder."""
-    if ref != "last" and JOB_ID.fullmatch(ref) is None and Path(ref).name not in ("", ".", ".."):
+    if ref != "last" and not _is_job_id(ref) and Path(ref).name not in ("", ".", ".."):
         # A folder must be a direct child of the runs root: no symlink or '..' escapes it.
         folder = Path(ref).absolute() if os.path.isabs(ref) else root / Path(ref).name
         with contextlib.suppress(OSError):  # e.g. a name too long for the filesystem
@@ -221,7 +227,7 @@ def find_run(root: Path, ref: str) -> Run:
         if not runs:
             raise UserError(f"JOB: no jobs recorded under {root}; submit one first")
         return runs[0]
-    if JOB_ID.fullmatch(ref):
+    if _is_job_id(ref):
         for run in runs:
             if run.job_id == ref:
                 return run
