@@ -1,0 +1,111 @@
+"""`clustertrain run`: the same spec on this machine without Slurm, as users call it (the CLI
+as a subprocess), into a run folder that `status`, `logs`, `list` and `cancel` read."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+USER_DDP = "tests/jobs/user_ddp.py"
+FAIL_RANK = "tests/jobs/fail_rank.py"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+
+
+def _local_id(stdout: str) -> str:
+    found = re.search(r"^local run (local-\d+):", stdout, re.MULTILINE)
+    assert found, stdout
+    return found.group(1)
+
+
+def test_a_user_script_runs_here_as_its_whole_world(env: dict[str, str]) -> None:
+    """2 "nodes" x 2 processes become 4 ranks here; the run folder reads like a Slurm job's."""
+    done = run_cli(
+        "run", "--script", USER_DDP, "--nodes", "2", "--procs-per-node", "2", env=env, timeout=180
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    seen = re.findall(r"rank(\d) \| user script: rank (\d) of (\d), all-reduce (\d)", done.stdout)
+    assert sorted(seen) == [(str(r), str(r), "4", "4") for r in range(4)], done.stdout
+    assert done.stderr.endswith(" ended COMPLETED\n"), done.stderr
+    job_id = _local_id(done.stdout)
+
+    status = run_cli("status", job_id, env=env)
+    assert status.returncode == 0 and f"job {job_id} (mnist): COMPLETED" in status.stdout
+    listed = run_cli("list", env=env)
+    assert listed.stdout.split()[0] == job_id and "2x2 torchrun" in listed.stdout
+    logs = run_cli("logs", job_id, "--rank", "3", env=env)
+    assert re.findall(r"rank3 \| user script: rank 3 of 4", logs.stdout), logs.stdout
+
+
+def test_a_failing_rank_fails_the_run_and_status_says_so(env: dict[str, str]) -> None:
+    done = run_cli(
+        "run", "--script", FAIL_RANK, "--procs-per-node", "2", "--env", "FAIL_RANK=1",
+        env=env, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr
+    assert done.stderr.endswith(" ended FAILED\n"), done.stderr
+    status = run_cli("status", _local_id(done.stdout), env=env)
+    assert ": FAILED" in status.stdout, status.stdout
+    assert "rank 1 gave up at step 20" in status.stdout, status.stdout
+
+
+def test_cancel_stops_a_local_run(env: dict[str, str], tmp_path: Path) -> None:
+    argv = ["run", "--script", FAIL_RANK, "--procs-per-node", "2"]
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "clustertrain", *argv],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert runner.stdout is not None
+        job_id = _local_id(runner.stdout.readline())
+        run_dir = next((tmp_path / "runs").iterdir())
+        deadline = time.monotonic() + 120
+        while "rank 1 ready" not in "".join(p.read_text() for p in run_dir.rglob("*.out")):
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.2)
+        cancelled = run_cli("cancel", job_id, env=env)
+        assert cancelled.returncode == 0, cancelled.stderr
+        _, err = runner.communicate(timeout=120)
+    finally:
+        runner.kill()
+    assert runner.returncode == 1 and err.endswith(" ended CANCELLED\n"), err
+    record = json.loads((run_dir / "local.json").read_text())
+    assert record["cancelled"] is True and record["exit_code"] != 0
+    assert ": CANCELLED" in run_cli("status", job_id, env=env).stdout
+
+
+def test_dry_run_prints_the_standalone_launcher_and_writes_nothing(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    done = run_cli(
+        "run", "jobs/mnist.yaml", "--nodes", "2", "--dry-run", "--", "--epochs", "1", env=env
+    )
+    assert done.returncode == 0, done.stderr
+    command = done.stdout.replace("\\\n", "").split()
+    assert command[:4] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=4"]
+    tail = "-m jobs.mnist.train --strategy ddp --recipe fast --epochs 2 --epochs 1"
+    assert " ".join(command).endswith(tail), done.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_input_is_one_line_and_nothing_is_written(env: dict[str, str], tmp_path: Path) -> None:
+    done = run_cli("run", "--nodes", "0", env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "nodes" in done.stderr
+    assert not (tmp_path / "runs").exists()
