@@ -217,7 +217,8 @@ def run(
     extra = _spec_fields(ctx, replace_args, flags)
     if dry_run:
         spec = api.plan(job_file, extra_args=extra, runs_dir=runs_dir, **flags).spec
-        click.echo(shlex.join(local.launcher_argv(spec, port=0)).replace(" --", " \\\n    --"))
+        words = [shlex.quote(word) for word in local.launcher_argv(spec, port=0)]
+        click.echo("".join(f" \\\n    {w}" if w.startswith("-") else f" {w}" for w in words)[1:])
         return
     job = api.run_local(job_file, extra_args=extra, runs_dir=runs_dir, **flags)
     run = job.run
