@@ -65,6 +65,9 @@ def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str,
         env["VIRTUAL_ENV"] = spec.venv
         env["PATH"] = f"{spec.venv}/bin:{env.get('PATH', '')}"
     env.update(dict(spec.env))
+    # The ranks share this machine's CPUs, as a node's share its task's (launch.sh.j2).
+    cpus = len(os.sched_getaffinity(0))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // spec.world_size)))
     no_gpu = not any(p.name[len("nvidia") :].isdigit() for p in Path("/dev").glob("nvidia*"))
     if spec.launcher == "accelerate" and no_gpu:
         env.setdefault("ACCELERATE_USE_CPU", "1")  # as launch.sh.j2: train across the world

@@ -181,13 +181,18 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
 
 
 def srun_argv(spec: JobSpec, *command: str) -> tuple[str, ...]:
-    """``command`` once per node; ``--kill-on-bad-exit`` ends the job when any node fails."""
+    """``command`` once per node; ``--kill-on-bad-exit`` ends the job when any node fails.
+
+    ``--cpus-per-task`` again: srun of Slurm 22.05-23.02 does not inherit it from sbatch, and
+    where CPUs are bound the step would get one CPU for every rank of the node.
+    """
     return (
         "srun",
         "--kill-on-bad-exit=1",
         f"--nodes={spec.nodes}",
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",
+        f"--cpus-per-task={spec.cpus_per_task}",
         *command,
     )
 

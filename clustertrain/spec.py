@@ -59,7 +59,9 @@ class JobSpec:
     gpus_per_node: int = 0
     procs_per_node: int | None = None
     gpus_as_gres: bool = False
-    cpus_per_task: int = 4
+    # CPUs of each node's one task, shared by its processes. 0 (the default): 2 per process,
+    # at least 4, resolved at construction, so 8 ranks of a node do not share 4 CPUs.
+    cpus_per_task: int = 0
     time: str = "01:00:00"
     launcher: Launcher = "torchrun"
     # What each process runs: a script path, or a module run as `python -m` (one of the two).
@@ -83,6 +85,15 @@ class JobSpec:
     node_check: bool = True
     rdzv_timeout_s: int = 120
     venv: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cpus_per_task == 0:
+            object.__setattr__(self, "cpus_per_task", max(4, 2 * self.nproc_per_node))
+
+    @property
+    def threads_per_process(self) -> int:
+        """OMP_NUM_THREADS for each rank: the task's CPUs split over the node's processes."""
+        return max(1, self.cpus_per_task // self.nproc_per_node)
 
     @property
     def nproc_per_node(self) -> int:

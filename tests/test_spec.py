@@ -156,3 +156,20 @@ def test_a_job_file_of_unquoted_words_becomes_plain_values(tmp_path: Path) -> No
     values = spec.to_dict()
     assert all(type(v) is str for v in values.values() if isinstance(v, str)), values
     assert yaml.safe_load(yaml.safe_dump(values)) == values
+
+
+@pytest.mark.parametrize(
+    ("fields", "cpus", "threads"),
+    [
+        ({}, 4, 4),  # 1 process: at least 4 CPUs
+        ({"gpus_per_node": 8}, 16, 2),  # 2 per process, so 8 ranks do not share 4 CPUs
+        ({"gpus_per_node": 8, "cpus_per_task": 64}, 64, 8),
+        ({"procs_per_node": 3, "cpus_per_task": 2}, 2, 1),  # at least one thread
+    ],
+)
+def test_cpus_per_task_default_and_threads_per_rank(
+    fields: dict[str, int], cpus: int, threads: int
+) -> None:
+    spec = build_spec(**fields)
+    assert (spec.cpus_per_task, spec.threads_per_process) == (cpus, threads)
+    assert build_spec(spec.to_dict()) == spec  # what a run folder records reads back the same

@@ -44,8 +44,10 @@ def test_a_plain_ddp_script_sees_the_whole_world(
     env: dict[str, str],
 ) -> None:
     out = _run(env, "torchrun", "tests/jobs/user_ddp.py")
-    seen = re.findall(r"rank (\d) of (\d), all-reduce (\d)", out)
-    assert sorted(seen) == [(str(r), "4", "4") for r in range(4)], out[-3000:]
+    seen = re.findall(r"rank (\d) of (\d), all-reduce (\d), threads (\d+)", out)
+    # Each node's task has the default 4 CPUs (2 per process): 2 threads per rank, where
+    # torchrun alone would have set 1.
+    assert sorted(seen) == [(str(r), "4", "4", "2") for r in range(4)], out[-3000:]
 
 
 def test_accelerates_own_test_ops_script(

@@ -10,7 +10,7 @@ total = torch.ones(1)
 dist.all_reduce(total)
 print(
     f"user script: rank {dist.get_rank()} of {dist.get_world_size()}, "
-    f"all-reduce {int(total.item())}",
+    f"all-reduce {int(total.item())}, threads {torch.get_num_threads()}",
     flush=True,
 )
 dist.destroy_process_group()
