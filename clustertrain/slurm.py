@@ -68,32 +68,45 @@ class JobState:
         return self.state in TERMINAL_STATES
 
 
-def slurm_environ() -> dict[str, str]:
-    """The environment for Slurm commands: the user's, pointed at the local cluster if needed.
+def local_cluster_dir() -> Path:
+    """Where ``clustertrain cluster up`` keeps the local cluster (its slurm.conf among it)."""
+    return Path(os.environ.get("CLUSTERTRAIN_CLUSTER_DIR", "/var/lib/clustertrain/cluster"))
+
+
+def slurm_environ(conf: Path | None = None) -> dict[str, str]:
+    """The environment for Slurm commands: the user's, pointed at ``conf`` if given, else at
+    the local cluster when nothing else names a config.
 
     With neither ``SLURM_CONF`` nor ``/etc/slurm/slurm.conf``, Slurm's commands fall back to a DNS
-    lookup for the controller and fail slowly; the local cluster's config is the better guess.
+    lookup for the controller and fail slowly; the local cluster's config is the better guess
+    (it exists only while that cluster is up: ``cluster down`` removes it).
     """
     environ = dict(os.environ)
-    conf = environ.get("SLURM_CONF")
-    if conf is not None and not Path(conf).is_file():
+    if conf is not None:
+        environ["SLURM_CONF"] = str(conf)
+        return environ
+    conf_text = environ.get("SLURM_CONF")
+    if conf_text is not None and not Path(conf_text).is_file():
         # Slurm's commands would retry reading it for 60 s before giving up.
         raise UserError(
-            f"SLURM_CONF: {conf} does not exist; point it at the cluster's slurm.conf or unset it"
+            f"SLURM_CONF: {conf_text} does not exist; point it at the cluster's slurm.conf "
+            "or unset it"
         )
-    if conf is None and not Path("/etc/slurm/slurm.conf").exists():
-        from clustertrain.cluster import local_slurm_conf
-
-        local = local_slurm_conf()
-        if local is not None:
-            environ["SLURM_CONF"] = str(local)
+    local = local_cluster_dir() / "slurm.conf"
+    if conf_text is None and not Path("/etc/slurm/slurm.conf").exists() and local.is_file():
+        environ["SLURM_CONF"] = str(local)
     return environ
 
 
-def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+def _run(argv: Sequence[str], conf: Path | None = None) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            list(argv), capture_output=True, text=True, env=slurm_environ(), timeout=60, check=False
+            list(argv),
+            capture_output=True,
+            text=True,
+            env=slurm_environ(conf),
+            timeout=60,
+            check=False,
         )
     except FileNotFoundError as exc:
         raise UserError(
@@ -116,8 +129,9 @@ def _first_error_line(text: str) -> str:
 class Slurm:
     """Slurm's commands, run through ``runner`` (``subprocess.run`` by default)."""
 
-    def __init__(self, runner: Runner | None = None) -> None:
-        self._runner = runner or _run
+    def __init__(self, runner: Runner | None = None, conf: Path | None = None) -> None:
+        """``conf``: the slurm.conf to use (the local cluster's), else the environment's."""
+        self._runner = runner or (lambda argv: _run(argv, conf))
 
     def _call(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return self._runner(argv)
@@ -196,6 +210,22 @@ class Slurm:
             partitions=parse_partitions(parts.stdout),
             nodes=parse_nodes(nodes.stdout),
         )
+
+    def node_states(self) -> dict[str, str]:
+        """Each node's state (``idle``, ``alloc``...); empty while slurmctld does not answer."""
+        done = self._call("sinfo", "-h", "-N", "-o", "%N %T")
+        if done.returncode != 0:
+            return {}
+        return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if " " in line)
+
+    def job_ids(self, states: str | None = None) -> list[str]:
+        """The ids in the queue, of the given states only (e.g. ``R,CG``) if given."""
+        done = self._call("squeue", "-h", "-o", "%A", *(["-t", states] if states else []))
+        return done.stdout.split() if done.returncode == 0 else []
+
+    def cancel_all(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._call("scancel", *job_ids)
 
     def accounting_works(self) -> bool:
         return self._call("sacct", "--noheader", "-X", "--starttime", "now").returncode == 0

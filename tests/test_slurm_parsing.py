@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +135,46 @@ def test_missing_slurm_commands_are_a_user_error(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(UserError, match="scontrol: not found"):
         Slurm().state("1")
+
+
+def test_node_states_and_the_queue_as_the_local_cluster_reads_them() -> None:
+    runner = FakeRunner(
+        {
+            "sinfo -h -N": (0, "node1 idle\nnode2 allocated\n", ""),
+            "squeue -h -o %A -t R,CG": (0, "7\n", ""),
+            "squeue -h -o %A": (0, "7\n8\n", ""),
+        }
+    )
+    slurm = Slurm(runner)
+    assert slurm.node_states() == {"node1": "idle", "node2": "allocated"}
+    assert slurm.job_ids() == ["7", "8"] and slurm.job_ids("R,CG") == ["7"]
+    slurm.cancel_all(["7", "8"])
+    assert runner.calls[-1] == ("scancel", "7", "8")
+    # While slurmctld starts it does not answer: no states, no jobs, no exception.
+    silent = Slurm(FakeRunner({}))
+    assert silent.node_states() == {} and silent.job_ids() == []
+
+
+def test_a_conf_bound_runner_and_the_local_cluster_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clustertrain import slurm
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setenv("CLUSTERTRAIN_CLUSTER_DIR", str(tmp_path))
+    bound = tmp_path / "other.conf"
+    assert slurm.slurm_environ(bound)["SLURM_CONF"] == str(bound)
+    if Path("/etc/slurm/slurm.conf").exists():
+        pytest.skip("this host has a system slurm.conf, which wins over the local cluster")
+    assert "SLURM_CONF" not in slurm.slurm_environ()  # no local cluster up: nothing guessed
+    (tmp_path / "slurm.conf").write_text("")
+    assert slurm.slurm_environ()["SLURM_CONF"] == str(tmp_path / "slurm.conf")
+
+
+def test_the_slurm_module_does_not_import_the_local_cluster() -> None:
+    code = (
+        "import os, sys; os.environ.pop('SLURM_CONF', None); import clustertrain.slurm as s; "
+        "s.slurm_environ(); s.Slurm(); print('clustertrain.cluster' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "False\n"

@@ -1,0 +1,118 @@
+"""The local cluster's configuration as text: slurm.conf, gres.conf and its /etc/hosts block.
+
+Pure functions: the values are data here, the templates (``templates/slurm.conf.j2``,
+``templates/gres.conf.j2``) hold layout only.
+"""
+
+from __future__ import annotations
+
+from clustertrain.templates import render_template
+
+from .layout import Layout, conf_path, gpu_files, munge_socket
+
+HOSTS_BEGIN = "# BEGIN clustertrain local cluster"
+HOSTS_END = "# END clustertrain local cluster"
+Line = list[tuple[str, str]]
+
+
+def render_slurm_conf(layout: Layout, controller: str) -> str:
+    """slurm.conf for ``layout``; ``controller`` is this host's short name (``hostname -s``)."""
+    d = layout.state_dir
+    settings = [
+        ("ClusterName", "clustertrain"),
+        ("SlurmctldHost", f"{controller}(127.0.0.1)"),
+        ("SlurmctldPort", str(layout.base_port)),
+        ("AuthType", "auth/munge"),
+        ("AuthInfo", f"socket={munge_socket(d)}"),
+        ("CredType", "cred/munge"),
+        ("SlurmUser", "root"),
+        ("SlurmdUser", "root"),
+        ("StateSaveLocation", str(d / "spool" / "slurmctld")),
+        ("SlurmdSpoolDir", str(d / "spool" / "%n")),
+        ("SlurmctldPidFile", str(d / "run" / "slurmctld.pid")),
+        ("SlurmdPidFile", str(d / "run" / "slurmd-%n.pid")),
+        ("SlurmctldLogFile", str(d / "log" / "slurmctld.log")),
+        ("SlurmdLogFile", str(d / "log" / "slurmd-%n.log")),
+        # No cgroups and no systemd here (notes: slurm-on-one-host.md).
+        ("ProctrackType", "proctrack/linuxproc"),
+        ("TaskPlugin", "task/none"),
+        ("MpiDefault", "none"),
+        ("SwitchType", "switch/none"),
+        ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_Core"),
+        ("GresTypes", "gpu"),
+        # Nodes declare more CPUs than the host has; without this they go INVALID ("Low CPUs").
+        ("SlurmdParameters", "config_overrides"),
+        # Batch jobs start in 1-3 s instead of ~10 s.
+        ("SchedulerParameters", "batch_sched_delay=0"),
+        # No slurmdbd: finished jobs are known from this file (sacct --completion reads it).
+        ("AccountingStorageType", "accounting_storage/none"),
+        ("JobAcctGatherType", "jobacct_gather/none"),
+        ("JobCompType", "jobcomp/filetxt"),
+        ("JobCompLoc", str(d / "spool" / "jobcomp.log")),
+        ("JobRequeue", "1"),
+        ("ReturnToService", "2"),
+        ("SlurmctldTimeout", "30"),
+        ("SlurmdTimeout", "60"),
+        ("InactiveLimit", "0"),
+        # scontrol show job still knows a job for an hour after it ends.
+        ("MinJobAge", "3600"),
+        # Seconds between SIGTERM and SIGKILL on scancel or time limit: keeps cancel quick.
+        ("KillWait", "2"),
+        ("MessageTimeout", "5"),
+    ]
+    nodes = [
+        [
+            ("NodeName", name),
+            ("NodeAddr", "127.0.0.1"),
+            ("NodeHostname", name),
+            ("Port", str(port)),
+            ("CPUs", str(layout.cpus_per_node)),
+            ("RealMemory", str(layout.memory_mb_per_node)),
+        ]
+        + ([("Gres", f"gpu:{layout.gpus_per_node}")] if layout.gpus_per_node else [])
+        + [("State", "UNKNOWN")]
+        for name, port in zip(layout.node_names, layout.ports[1:], strict=True)
+    ]
+    partitions = [
+        [
+            ("PartitionName", "debug"),
+            ("Nodes", ",".join(layout.node_names)),
+            ("Default", "YES"),
+            ("MaxTime", "INFINITE"),
+            ("State", "UP"),
+        ]
+    ]
+    return render_template(
+        "slurm.conf.j2",
+        conf_path=str(conf_path(d)),
+        settings=settings,
+        nodes=nodes,
+        partitions=partitions,
+    )
+
+
+def render_gres_conf(layout: Layout) -> str:
+    """gres.conf: each GPU is a device file; without ``File=`` Slurm drops the GPUs."""
+    gres: list[Line] = [
+        [("NodeName", node), ("Name", "gpu"), ("File", str(path))]
+        for node in layout.node_names
+        for path in gpu_files(layout, node)
+    ]
+    return render_template("gres.conf.j2", gres=gres)
+
+
+def hosts_without_block(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    if HOSTS_BEGIN + "\n" not in lines:
+        return text
+    start = lines.index(HOSTS_BEGIN + "\n")
+    end = lines.index(HOSTS_END + "\n", start) if HOSTS_END + "\n" in lines[start:] else start
+    return "".join(lines[:start] + lines[end + 1 :])
+
+
+def hosts_with_block(text: str, names: list[str]) -> str:
+    text = hosts_without_block(text)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + f"{HOSTS_BEGIN}\n127.0.0.1 {' '.join(names)}\n{HOSTS_END}\n"

@@ -1,0 +1,125 @@
+"""The local cluster's daemons, supervised by PID and process start time, never by name.
+
+``up`` records every PID it starts (with the start time, so a reused PID is never signalled)
+in ``state.json``; ``down`` stops exactly those, and the job steps their slurmd left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from .layout import Layout, record_path
+
+CLUSTER_ID_VAR = "CLUSTERTRAIN_CLUSTER_ID"
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat from the state on (the name may hold spaces and parentheses)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def start_time(pid: int) -> str | None:
+    fields = proc_stat(pid)
+    return fields[19] if fields else None
+
+
+def alive(proc: dict) -> bool:
+    fields = proc_stat(proc["pid"])
+    return fields is not None and fields[19] == proc["start_time"] and fields[0] != "Z"
+
+
+def strays(cluster_id: str) -> list[int]:
+    """Live processes left by this cluster's daemons: job steps and the tasks they run.
+
+    slurmd leaves its slurmstepd processes running by design (so that a restarted slurmd takes
+    them over); each stepd calls setsid and keeps its tasks in its session. The stepds inherit
+    slurmd's environment, which carries our cluster id; the tasks are found by session.
+    """
+    marker = f"{CLUSTER_ID_VAR}={cluster_id}".encode()
+    stat_of = {
+        int(p.name): f
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and (f := proc_stat(int(p.name))) and f[0] != "Z"
+    }
+    sessions = set()
+    for pid, fields in stat_of.items():
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                sessions.add(int(fields[3]))
+        except OSError:
+            continue
+    return [pid for pid, fields in stat_of.items() if int(fields[3]) in sessions]
+
+
+def spawn(name: str, argv: list[str], log: Path, env: dict[str, str]) -> dict:
+    """Start a daemon in the foreground mode; its stdout and stderr go to ``log`` + .out."""
+    # A double fork through sh: the daemon outlives this Python process without being its
+    # child, sits in a session of its own (no terminal's Ctrl-C reaches it), and we still
+    # learn its exact PID.
+    sh = subprocess.run(
+        ["sh", "-c", '"$@" </dev/null >>"$LOG" 2>&1 & echo $!', "sh", *argv],
+        env={**env, "LOG": f"{log}.out"},
+        capture_output=True,
+        text=True,
+        check=True,
+        start_new_session=True,
+    )
+    pid = int(sh.stdout)
+    fields = proc_stat(pid)
+    return {"name": name, "pid": pid, "start_time": fields[19] if fields else "", "log": str(log)}
+
+
+def stop(procs: list[dict], grace_s: float = 5.0) -> None:
+    """SIGTERM the live ones, wait up to ``grace_s``, then SIGKILL what is left."""
+    live = [p for p in procs if alive(p)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc["pid"], sig)
+        deadline = time.monotonic() + grace_s
+        while live and time.monotonic() < deadline:
+            time.sleep(0.1)
+            live = [p for p in live if alive(p)]
+        if not live:
+            return
+
+
+def read_record(state_dir: Path) -> dict | None:
+    try:
+        return json.loads(record_path(state_dir).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_record(state_dir: Path, record: dict) -> None:
+    tmp = record_path(state_dir).with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(record_path(state_dir))
+
+
+def record_layout(record: dict) -> Layout:
+    return Layout(**{**record["layout"], "state_dir": Path(record["layout"]["state_dir"])})
+
+
+def healthy(record: dict) -> bool:
+    procs = record["processes"]
+    return len(procs) == record["layout"]["nodes"] + 2 and all(alive(p) for p in procs)
+
+
+def tail(log: str | Path, lines: int = 3) -> str:
+    """The last lines of a daemon's log, or of its stdout and stderr when the log is empty."""
+    for path in (Path(log), Path(f"{log}.out")):
+        with contextlib.suppress(OSError):
+            if text := path.read_text(errors="replace").strip().splitlines()[-lines:]:
+                return f"{path}: " + " | ".join(text)
+    return f"{log}: (empty)"

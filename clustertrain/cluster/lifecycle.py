@@ -1,0 +1,278 @@
+"""``up``, ``down`` and ``status`` of the local cluster: packages, files, daemons, readiness."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from clustertrain.errors import UserError
+from clustertrain.slurm import Slurm
+
+from . import daemons
+from .config import hosts_with_block, hosts_without_block, render_gres_conf, render_slurm_conf
+from .layout import Layout, conf_path, default_state_dir, gpu_files, munge_socket, record_path
+
+HOSTS_FILE = Path("/etc/hosts")
+UP_TIMEOUT_S = 60.0
+
+
+def current_layout(state_dir: Path) -> Layout | None:
+    """The layout of the cluster recorded in ``state_dir`` if its slurmctld runs, else None."""
+    record = daemons.read_record(state_dir)
+    if record and any(p["name"] == "slurmctld" and daemons.alive(p) for p in record["processes"]):
+        return daemons.record_layout(record)
+    return None
+
+
+def local_slurm_conf() -> Path | None:
+    """The slurm.conf of the local cluster if its slurmctld runs, else None."""
+    layout = current_layout(default_state_dir())
+    return conf_path(layout.state_dir) if layout else None
+
+
+def _which(program: str) -> str | None:
+    return shutil.which(program, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+
+def _ensure_packages() -> None:
+    if all(_which(p) for p in ("munged", "slurmctld", "slurmd", "sinfo")):
+        return
+    if not _which("apt-get"):
+        raise UserError(
+            "Slurm or munge is missing and this is not Debian/Ubuntu (no apt-get): "
+            "install slurm-wlm and munge with your package manager, then run up again"
+        )
+    # Package scripts would start the system's own daemons; policy-rc.d exit 101 forbids that.
+    policy = Path("/usr/sbin/policy-rc.d")
+    created = not policy.exists()
+    if created:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "slurm-wlm", "munge"]
+    try:
+        if subprocess.run(install, env=env, capture_output=True).returncode != 0:
+            subprocess.run(["apt-get", "update"], env=env, capture_output=True)
+            done = subprocess.run(install, env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise UserError(f"apt-get install slurm-wlm munge failed: {last}")
+    finally:
+        if created:
+            policy.unlink()
+
+
+def _check_ports(layout: Layout) -> None:
+    for port in layout.ports:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                raise UserError(
+                    f"port {port} is in use; the local cluster needs ports {layout.ports[0]}-"
+                    f"{layout.ports[-1]}: free them or choose another base port"
+                ) from None
+
+
+def _prepare(layout: Layout, controller: str) -> None:
+    d = layout.state_dir
+    for sub in ("spool", "run", "log", "gpu"):
+        shutil.rmtree(d / sub, ignore_errors=True)
+    for sub in ["run", "log", "spool/slurmctld", *(f"spool/{n}" for n in layout.node_names)]:
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    # munged refuses a key or socket folder that others may write; Slurm clients must reach
+    # the socket, so the folder is world-executable.
+    (d / "munge").mkdir(mode=0o755, exist_ok=True)
+    d.chmod(0o755)
+    (d / "munge").chmod(0o755)
+    key = d / "munge" / "munge.key"
+    if not key.exists():
+        key.touch(mode=0o600)
+        key.write_bytes(os.urandom(1024))
+    munge_socket(d).unlink(missing_ok=True)
+    for node in layout.node_names:
+        for gpu in gpu_files(layout, node):
+            gpu.parent.mkdir(parents=True, exist_ok=True)
+            os.mknod(gpu, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # like /dev/null
+            gpu.chmod(0o666)  # mknod's mode is cut by the umask
+    conf_path(d).write_text(render_slurm_conf(layout, controller))
+    (d / "gres.conf").write_text(render_gres_conf(layout))
+
+
+def _wait_until_idle(layout: Layout, record: dict) -> None:
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        dead = [p for p in record["processes"] if not daemons.alive(p)]
+        if dead:
+            raise UserError(
+                f"{dead[0]['name']} exited during start-up; {daemons.tail(dead[0]['log'])}"
+            )
+        states = _slurm(layout.state_dir).node_states()
+        if states and all(states.get(n) == "idle" for n in layout.node_names):
+            return
+        time.sleep(0.2)
+    if not states:
+        raise UserError(
+            f"slurmctld did not answer within {UP_TIMEOUT_S:.0f} s; "
+            f"{daemons.tail(layout.state_dir / 'log' / 'slurmctld.log')}"
+        )
+    node = next(n for n in layout.node_names if states.get(n) != "idle")
+    log = layout.state_dir / "log" / f"slurmd-{node}.log"
+    raise UserError(
+        f"{node} is {states.get(node, 'missing')}, not idle, after "
+        f"{UP_TIMEOUT_S:.0f} s; {daemons.tail(log)}"
+    )
+
+
+def up(layout: Layout) -> str:
+    """Start the cluster (a no-op when this layout is already up); returns the SLURM_CONF path."""
+    if os.geteuid() != 0:
+        raise UserError("the local cluster must be started as root: run it with sudo")
+    running = current_layout(layout.state_dir)
+    if running and running != layout:
+        raise UserError(
+            f"a local cluster of another shape ({running.describe()}) is up in "
+            f"{layout.state_dir}: run `clustertrain cluster down` first"
+        )
+    old = daemons.read_record(layout.state_dir)
+    if running and old and daemons.healthy(old):
+        return str(conf_path(layout.state_dir))
+    down(layout.state_dir)  # whatever a crashed or half-dead cluster left
+    _ensure_packages()
+    _check_ports(layout)
+    d = layout.state_dir
+    d.mkdir(parents=True, exist_ok=True)
+    _prepare(layout, socket.gethostname().split(".")[0])
+    record: dict = {
+        "id": secrets.token_hex(8),
+        "layout": {**asdict(layout), "state_dir": str(d)},
+        "processes": [],
+        "hosts_block": True,
+    }
+    # Recorded before each change, so that down can undo a start-up cut short at any point.
+    daemons.write_record(d, record)
+    HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), layout.node_names))
+    env = {**os.environ, "SLURM_CONF": str(conf_path(d)), daemons.CLUSTER_ID_VAR: record["id"]}
+    munge = d / "munge"
+    # munged -f: without it munged refuses a group-writable folder above its files
+    # ("PRNG seed dir is insecure"), e.g. a state dir in a CI workspace.
+    to_start = [
+        (
+            "munged",
+            [
+                _which("munged") or "munged",
+                "-F",
+                "-f",
+                f"--socket={munge_socket(d)}",
+                f"--key-file={munge / 'munge.key'}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--seed-file={munge / 'seed'}",
+                f"--log-file={d / 'log' / 'munged.log'}",
+            ],
+        ),
+        ("slurmctld", [_which("slurmctld") or "slurmctld", "-D", "-f", str(conf_path(d))]),
+    ]
+    to_start += [
+        (f"slurmd-{n}", [_which("slurmd") or "slurmd", "-D", "-N", n, "-f", str(conf_path(d))])
+        for n in layout.node_names
+    ]
+    try:
+        for name, argv in to_start:
+            record["processes"].append(daemons.spawn(name, argv, d / "log" / f"{name}.log", env))
+            daemons.write_record(d, record)
+            if name == "munged":
+                _wait_for_munge(d, record["processes"][0])
+        _wait_until_idle(layout, record)
+    except BaseException:
+        down(d)
+        raise
+    return str(conf_path(d))
+
+
+def _wait_for_munge(state_dir: Path, proc: dict) -> None:
+    deadline = time.monotonic() + 10
+    while not munge_socket(state_dir).exists():
+        if not daemons.alive(proc) or time.monotonic() > deadline:
+            raise UserError(
+                f"munged did not start; {daemons.tail(state_dir / 'log' / 'munged.log')}"
+            )
+        time.sleep(0.05)
+
+
+def _slurm(state_dir: Path) -> Slurm:
+    """Slurm's commands, bound to this cluster's slurm.conf."""
+    return Slurm(conf=conf_path(state_dir))
+
+
+def _cancel_jobs(state_dir: Path) -> None:
+    """Cancel every job while slurmd still runs, so their steps end the ordinary way."""
+    slurm = _slurm(state_dir)
+    jobs = slurm.job_ids()
+    if not jobs:
+        return
+    slurm.cancel_all(jobs)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and slurm.job_ids("R,CG"):
+        time.sleep(0.2)
+
+
+def down(state_dir: Path) -> None:
+    """Stop what ``up`` started in ``state_dir`` and undo its /etc/hosts change; safe to repeat."""
+    state_dir = Path(state_dir).absolute()
+    record = daemons.read_record(state_dir)
+    if record is None:
+        return
+    procs = record["processes"]
+    if any(p["name"] == "slurmctld" and daemons.alive(p) for p in procs):
+        _cancel_jobs(state_dir)
+    # munged goes last: the Slurm daemons authenticate their goodbye messages through it.
+    daemons.stop([p for p in procs if p["name"] != "munged"])
+    started = {p["pid"] for p in procs}
+    daemons.stop(
+        [
+            {"pid": pid, "start_time": daemons.start_time(pid)}
+            for pid in daemons.strays(record["id"])
+            if pid not in started
+        ],
+        grace_s=2.0,
+    )
+    daemons.stop(procs)
+    if record.get("hosts_block"):
+        HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
+    for path in (state_dir / "run").glob("*.pid"):
+        path.unlink()
+    munge_socket(state_dir).unlink(missing_ok=True)
+    # clustertrain.slurm falls back to this file while it exists: only while the cluster is up.
+    conf_path(state_dir).unlink(missing_ok=True)
+    record_path(state_dir).unlink()
+
+
+def status(state_dir: Path) -> str:
+    """Human-readable lines: is the cluster up, each daemon by PID, each node's Slurm state."""
+    state_dir = Path(state_dir).absolute()
+    record = daemons.read_record(state_dir)
+    if record is None:
+        return f"local cluster: down (nothing recorded in {state_dir})"
+    layout = daemons.record_layout(record)
+    alive = {p["name"]: daemons.alive(p) for p in record["processes"]}
+    nodes = _slurm(state_dir).node_states() if alive.get("slurmctld") else {}
+    head = (
+        f"local cluster: {'up' if daemons.healthy(record) else 'degraded (run down, then up)'}, "
+        f"{layout.describe()}; export SLURM_CONF={conf_path(state_dir)}"
+    )
+    lines = [head]
+    for p in record["processes"]:
+        node = p["name"].removeprefix("slurmd-") if p["name"].startswith("slurmd-") else ""
+        state = "running" if alive[p["name"]] else "not running"
+        extra = f"  {node} {nodes.get(node, 'unknown')}" if node else ""
+        lines.append(f"  {p['name']:<14} pid {p['pid']:<8} {state}{extra}")
+    return "\n".join(lines)
