@@ -89,12 +89,12 @@ def run_local(
 ) -> Job:
     """Start the job on this machine without Slurm (see :mod:`clustertrain.local`); returns
     at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
-    from clustertrain import local
+    from clustertrain import local, procs
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     path = runs.write_run_files(job)
     supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.local", str(path)])
-    local.write_state(path, pid=supervisor.pid, start_ticks=local.start_ticks(supervisor.pid))
+    local.write_state(path, pid=supervisor.pid, start_time=procs.start_time(supervisor.pid))
     started = Job(runs.record_submission(job, f"local-{supervisor.pid}"))
     started._process = supervisor
     return started

@@ -229,7 +229,8 @@ def run(
 
         state = joblogs.follow(run, joblogs.Filter(), job.job_state, sys.stdout)
     except KeyboardInterrupt:  # the whole foreground group got it; the supervisor records it
-        state = job.job_state() if job.wait(timeout=60) else job.job_state()
+        job.wait(timeout=60)
+        state = job.job_state()
     click.echo(f"clustertrain: local run {run.job_id} ended {state.state}", err=True)
     if state.state != "COMPLETED":
         raise SystemExit(1)

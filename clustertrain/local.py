@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
+from clustertrain.procs import start_time
+from clustertrain.render import rank_environment
 from clustertrain.spec import JobSpec
 
 LOCAL_ID = re.compile(r"local-[0-9]{1,10}")
@@ -50,17 +52,9 @@ def launcher_argv(spec: JobSpec, port: int) -> tuple[str, ...]:
 def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str, str]:
     """What the batch script exports for the ranks (see templates/sbatch.sh.j2), here."""
     env = dict(base)
-    env.update(
-        {
-            "PYTHONUNBUFFERED": "1",
-            protocol.ENV_RUN_DIR: str(run_dir),
-            protocol.ENV_OUT_DIR: str(run_dir / "out"),
-            protocol.ENV_RDZV_TIMEOUT_S: str(spec.rdzv_timeout_s),
-            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": protocol.RANK_PREFIX_TEMPLATE,
-        }
-    )
     # No requeue here: a rank that checkpoints on a stop request is told to start it again.
     env.pop(protocol.ENV_REQUEUE_FILE, None)
+    env.update(rank_environment(spec, str(run_dir), requeue=False))
     if spec.venv:
         env["VIRTUAL_ENV"] = spec.venv
         env["PATH"] = f"{spec.venv}/bin:{env.get('PATH', '')}"
@@ -78,14 +72,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` (clock ticks after boot), so a reused pid is not mistaken."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def write_state(run_dir: Path, **fields: Any) -> None:
@@ -110,12 +96,12 @@ def state(run_dir: Path, job_id: str) -> Any:
     from clustertrain.slurm import JobState
 
     record = read_state(run_dir)
-    pid, ticks, code = record.get("pid"), record.get("start_ticks"), record.get("exit_code")
+    pid, started, code = record.get("pid"), record.get("start_time"), record.get("exit_code")
     if isinstance(code, int) and not isinstance(code, bool):
         cancelled = record.get("cancelled") is True
         name = "CANCELLED" if cancelled else "COMPLETED" if code == 0 else "FAILED"
         return JobState(job_id, name, NODE, exit_code=f"{code}:0")
-    if isinstance(pid, int) and ticks is not None and start_ticks(pid) == ticks:
+    if isinstance(pid, int) and started is not None and start_time(pid) == started:
         return JobState(job_id, "RUNNING", NODE)
     # The supervisor is gone without recording an end: killed (SIGKILL, a reboot).
     return JobState(job_id, "FAILED", NODE, reason="the local supervisor ended without a record")
@@ -136,7 +122,7 @@ def supervise(run_dir: Path) -> int:
 
     spec = build_spec(yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")))
     me = os.getpid()
-    write_state(run_dir, pid=me, start_ticks=start_ticks(me))
+    write_state(run_dir, pid=me, start_time=start_time(me))
     log_dir = run_dir / "logs" / "attempt-0"
     log_dir.mkdir(parents=True, exist_ok=True)
     argv = launcher_argv(spec, free_port())
@@ -149,7 +135,7 @@ def supervise(run_dir: Path) -> int:
             )
         except OSError as exc:
             err.write(f"clustertrain: cannot start {argv[0]}: {exc.strerror}\n".encode())
-            write_state(run_dir, pid=me, start_ticks=start_ticks(me), exit_code=127)
+            write_state(run_dir, pid=me, start_time=start_time(me), exit_code=127)
             return 127
     cancelled = False
 
@@ -162,7 +148,7 @@ def supervise(run_dir: Path) -> int:
     signal.signal(signal.SIGINT, forward)
     code = launcher.wait()
     code = 128 - code if code < 0 else code  # killed by a signal: as a shell reports it
-    write_state(run_dir, pid=me, start_ticks=start_ticks(me), exit_code=code, cancelled=cancelled)
+    write_state(run_dir, pid=me, start_time=start_time(me), exit_code=code, cancelled=cancelled)
     return code
 
 

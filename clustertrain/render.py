@@ -89,8 +89,7 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         "batch_path": str(PurePosixPath(run_dir, BATCH_SCRIPT)),
         "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
         "logs_dir": str(PurePosixPath(run_dir, "logs")),
-        "out_dir": str(PurePosixPath(run_dir, "out")),
-        "requeue_file": str(PurePosixPath(run_dir, protocol.REQUEUE_FILE)),
+        "rank_env": rank_environment(spec, run_dir),
         "protocol": protocol,
         "directives": directives,
         "srun": " ".join(
@@ -178,6 +177,28 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         key, sep, value = option.partition("=")
         flags.append(f"{key}={sbatch.quote(value)}" if sep else key)
     return tuple(flags)
+
+
+def rank_environment(
+    spec: JobSpec, run_dir: str, requeue: bool = True
+) -> tuple[tuple[str, str], ...]:
+    """What clustertrain gives every rank besides the venv and ``spec.env``: the batch script
+    exports these, and a local run (:mod:`clustertrain.local`, ``requeue=False``) sets them."""
+    pairs = [
+        ("PYTHONUNBUFFERED", "1"),
+        (protocol.ENV_RUN_DIR, run_dir),
+        (protocol.ENV_OUT_DIR, str(PurePosixPath(run_dir, "out"))),
+    ]
+    if requeue:
+        pairs.append(
+            (protocol.ENV_REQUEUE_FILE, str(PurePosixPath(run_dir, protocol.REQUEUE_FILE)))
+        )
+    pairs += [
+        (protocol.ENV_RDZV_TIMEOUT_S, str(spec.rdzv_timeout_s)),
+        # torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines.
+        ("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", protocol.RANK_PREFIX_TEMPLATE),
+    ]
+    return tuple(pairs)
 
 
 def srun_argv(spec: JobSpec, *command: str) -> tuple[str, ...]:

@@ -14,23 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from clustertrain.procs import proc_stat
+
 from .layout import Layout, record_path
 
 CLUSTER_ID_VAR = "CLUSTERTRAIN_CLUSTER_ID"
-
-
-def proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat from the state on (the name may hold spaces and parentheses)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def start_time(pid: int) -> str | None:
-    fields = proc_stat(pid)
-    return fields[19] if fields else None
 
 
 def alive(proc: dict) -> bool:

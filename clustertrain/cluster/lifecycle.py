@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from clustertrain.errors import UserError
+from clustertrain.procs import start_time
 from clustertrain.slurm import Slurm
 
 from . import daemons
@@ -239,7 +240,7 @@ def down(state_dir: Path) -> None:
     started = {p["pid"] for p in procs}
     daemons.stop(
         [
-            {"pid": pid, "start_time": daemons.start_time(pid)}
+            {"pid": pid, "start_time": start_time(pid)}
             for pid in daemons.strays(record["id"])
             if pid not in started
         ],
