@@ -120,6 +120,10 @@ _SPEC_OPTIONS = [
         help="Seconds the rendezvous and the first all-reduce may take (default 120).",
     ),
     click.option(
+        "--socket-ifname",
+        help="Interface(s) for gloo and NCCL, e.g. ib0 (default: each node's route to the head).",
+    ),
+    click.option(
         "--node-check/--no-node-check",
         default=None,
         help="Check every node's view of the head node before training (default on).",
@@ -358,15 +362,33 @@ def cluster() -> None:
 
 @cluster.command(epilog="\b\nExample:\n  clustertrain cluster up --nodes 4 --gpus-per-node 2")
 @click.option("--nodes", type=click.IntRange(1, 64), default=4, show_default=True)
-@click.option("--cpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option(
+    "--cpus-per-node",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="CPUs each node declares (default: this machine's; Slurm binds steps to real CPUs).",
+)
 @click.option("--gpus-per-node", type=click.IntRange(0, 16), default=2, show_default=True)
-def up(nodes: int, cpus_per_node: int, gpus_per_node: int) -> None:
+@click.option(
+    "--layout",
+    "network",
+    type=click.Choice(["namespaces", "loopback"]),
+    default="namespaces",
+    show_default=True,
+    help="namespaces: every node a host of its own on a private bridge; "
+    "loopback: every node on 127.0.0.1 (where namespaces cannot be made).",
+)
+def up(nodes: int, cpus_per_node: int | None, gpus_per_node: int, network: str) -> None:
     """Install Slurm if needed and start a controller and one slurmd per node."""
+    import os
+
     from clustertrain import cluster as local
 
-    conf = local.up(
-        local.Layout(nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node)
+    cpus = cpus_per_node or len(os.sched_getaffinity(0))
+    layout = local.Layout(
+        nodes=nodes, cpus_per_node=cpus, gpus_per_node=gpus_per_node, network=network
     )
+    conf = local.up(layout)
     click.echo(f"export SLURM_CONF={conf}")
 
 

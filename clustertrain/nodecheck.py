@@ -1,9 +1,10 @@
-"""Checks each node runs before training: ``python -m clustertrain.nodecheck probe|verdict``.
+"""Checks each node runs before training.
 
-The batch script runs ``probe`` once per node (through srun), then ``verdict`` on the first
-node. A node that resolves the head node differently, a loopback answer across hosts, or a
-rendezvous port already taken would otherwise show up as a rendezvous that hangs until its
-timeout; here it is one line naming the node and the reason.
+``python -m clustertrain.nodecheck probe|verdict`` : the batch script runs ``probe`` once per
+node (through srun), then ``verdict`` on the first node. A node that resolves the head node to
+a loopback address or to another address than the rest, a head node whose name is not one of
+its own addresses, or a rendezvous port already taken would otherwise show up as a rendezvous
+that hangs until its timeout; here it is one line naming the node and the reason.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import json
 import os
 import socket
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from clustertrain.netif import interface_to
+
 
 def probe(head: str, port: int, is_head: bool) -> dict[str, Any]:
-    """What this node sees: its names, the head node's address, and (on the head) the port."""
+    """What this node sees: its names, the head node's address and the interface to it, and
+    (on the head) whether that address is its own and the port is free."""
     found: dict[str, Any] = {
         "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
         "host": socket.gethostname(),
@@ -29,17 +34,33 @@ def probe(head: str, port: int, is_head: bool) -> dict[str, Any]:
         found["address"] = infos[0][4][0]
     except OSError as exc:
         found["error"] = f"cannot resolve {head}: {exc.strerror or exc}"
+        return found
+    found["interface"] = interface_to(found["address"])
     if is_head:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            # As torch's TCPStore does: a requeued job reuses its port, and the last attempt's
-            # connections linger in TIME_WAIT for 60 s; only a live listener means "in use".
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("", port))
-                sock.listen()
-            except OSError as exc:
-                found["error"] = f"rendezvous port {port} is in use ({exc.strerror})"
+        found.update(_head_problem(head, found["address"], port))
     return found
+
+
+def _head_problem(head: str, address: str, port: int) -> dict[str, str]:
+    """On the head node: is the address it resolves itself to its own, is the port free?"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError:
+            return {
+                "error": f"resolves its own name {head} to {address}, which is not one of its "
+                "addresses: fix its /etc/hosts entry"
+            }
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As torch's TCPStore does: a requeued job reuses its port, and the last attempt's
+        # connections linger in TIME_WAIT for 60 s; only a live listener means "in use".
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+            sock.listen()
+        except OSError as exc:
+            return {"error": f"rendezvous port {port} is in use ({exc.strerror})"}
+    return {}
 
 
 def verdict(probes: list[dict[str, Any]], nodes: int) -> str | None:
@@ -50,18 +71,34 @@ def verdict(probes: list[dict[str, Any]], nodes: int) -> str | None:
     for found in probes:
         if "error" in found:
             return f"{found['node']}: {found['error']}"
-    addresses = {p["address"] for p in probes}
-    if len(addresses) > 1:
+    head = probes[0]["head"]
+    if len({p["host"] for p in probes}) > 1:
+        for found in probes:
+            if ipaddress.ip_address(found["address"]).is_loopback:
+                return (
+                    f"{found['node']}: resolves the head node {head} to the loopback address "
+                    f"{found['address']}, but the nodes are different hosts: fix its "
+                    f"/etc/hosts entry (Debian's '127.0.1.1 hostname' line is the classic)"
+                )
+    counts = Counter(p["address"] for p in probes).most_common()
+    if len(counts) > 1:
+        usual, usual_count = counts[0]
+        odd = [p for p in probes if p["address"] != usual]
+        seen = ", ".join(f"{p['node']}={p['address']}" for p in odd)
+        if usual_count > len(odd):
+            return f"{seen}: resolves the head node {head} unlike the others ({usual}); fix DNS"
         seen = ", ".join(f"{p['node']}={p['address']}" for p in probes)
-        return f"nodes resolve the head node {probes[0]['head']} differently ({seen}); fix DNS"
-    address = addresses.pop()
-    hosts = {p["host"] for p in probes}
-    if ipaddress.ip_address(address).is_loopback and len(hosts) > 1:
-        return (
-            f"the head node {probes[0]['head']} resolves to the loopback address {address}, "
-            f"but the nodes are {len(hosts)} different hosts: fix its /etc/hosts entry"
-        )
+        return f"nodes resolve the head node {head} differently ({seen}); fix DNS"
     return None
+
+
+def summary(probes: list[dict[str, Any]]) -> str:
+    """One line for a passed check: the head's address and each node's interface to it."""
+    interfaces = " ".join(f"{p['node']}={p.get('interface') or '?'}" for p in probes)
+    return (
+        f"node check passed on {len(probes)} node(s): head node {probes[0]['head']} is "
+        f"{probes[0]['address']}; interface to it: {interfaces}"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -80,7 +117,7 @@ def main(argv: list[str]) -> int:
     if problem:
         print(f"clustertrain: node check failed: {problem}", file=sys.stderr)
         return 1
-    print(f"clustertrain: node check passed on {len(probes)} node(s)")
+    print(f"clustertrain: {summary(probes)}")
     return 0
 
 

@@ -27,10 +27,15 @@ ENV_OUT_DIR = "CLUSTERTRAIN_OUT_DIR"
 ENV_REQUEUE_FILE = "CLUSTERTRAIN_REQUEUE_FILE"
 ENV_RDZV_TIMEOUT_S = "CLUSTERTRAIN_RDZV_TIMEOUT_S"
 
+# The launch script sets these on each node to the interface of its route to the head node
+# (``python -m clustertrain.netif``), unless the job sets them (socket_ifname).
+SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
 # Variables the batch and launch scripts set and read themselves (and those the launchers set
 # for each rank): a user's value for one would change what the scripts do.
 SCRIPT_VARIABLES = frozenset(
     {"HEAD_NODE", "RDZV_PORT", "RDZV_IS_HOST", "LOG_DIR", "STATUS", "SRUN_PID", "VIRTUAL_ENV"}
+    | {"IFNAME"}
     | {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
     | {"MASTER_ADDR", "MASTER_PORT", "PATH", "PYTHONUNBUFFERED"}
 )

@@ -198,6 +198,8 @@ def rank_environment(
         # torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines.
         ("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", protocol.RANK_PREFIX_TEMPLATE),
     ]
+    if spec.socket_ifname:
+        pairs += [(name, spec.socket_ifname) for name in protocol.SOCKET_IFNAME_VARS]
     return tuple(pairs)
 
 

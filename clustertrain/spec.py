@@ -41,6 +41,8 @@ _MAIL_TYPES = {
     "TIME_LIMIT_50",
     "ARRAY_TASKS",
 }
+# Linux interface names (at most 15 bytes, no '/', ':' or space), comma-separated for gloo.
+_IFNAMES = re.compile(r"[A-Za-z0-9_.-]{1,15}(?:,[A-Za-z0-9_.-]{1,15})*")
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
 # Slurm's time formats (sbatch(1), --time); "25:99" is minutes:seconds with 99 seconds: refused.
 _TIME = re.compile(
@@ -84,6 +86,8 @@ class JobSpec:
     max_requeues: int = 3
     node_check: bool = True
     rdzv_timeout_s: int = 120
+    # The interface(s) gloo and NCCL use; None: each node's route to the head node decides.
+    socket_ifname: str | None = None
     venv: str | None = None
 
     def __post_init__(self) -> None:
@@ -429,5 +433,6 @@ _VALIDATORS: dict[str, Any] = {
     "max_requeues": _int(0, 100),
     "node_check": _bool,
     "rdzv_timeout_s": _int(10, 3600),
+    "socket_ifname": _pattern(_IFNAMES, "must be interface names like eth0 or ib0,ib1"),
     "venv": _venv,
 }

@@ -18,7 +18,12 @@ def conf_lines(text: str, prefix: str) -> list[str]:
 
 def test_node_lines_have_own_port_and_loopback_address(tmp_path: Path) -> None:
     layout = cluster.Layout(
-        nodes=2, cpus_per_node=8, gpus_per_node=2, base_port=7000, state_dir=tmp_path
+        nodes=2,
+        cpus_per_node=8,
+        gpus_per_node=2,
+        base_port=7000,
+        network="loopback",
+        state_dir=tmp_path,
     )
     text = cluster.render_slurm_conf(layout, "host")
     assert conf_lines(text, "NodeName=") == [
@@ -36,12 +41,52 @@ def test_node_lines_have_own_port_and_loopback_address(tmp_path: Path) -> None:
         "SlurmdParameters=config_overrides",
         "SchedulerParameters=batch_sched_delay=0",
         "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        "TaskPlugin=task/affinity",
         "JobRequeue=1",
         f"AuthInfo=socket={tmp_path}/munge/munged.socket",
         f"JobCompLoc={tmp_path}/spool/jobcomp.log",
     ]:
         assert setting in text.splitlines()
+
+
+def test_namespace_nodes_have_own_addresses_and_hosts_files(tmp_path: Path) -> None:
+    layout = cluster.Layout(nodes=3, subnet="10.99.5.0/24", state_dir=tmp_path)
+    text = cluster.render_slurm_conf(layout, "login")
+    assert "SlurmctldHost=login(10.99.5.1)" in text.splitlines()
+    assert [line.split()[1] for line in conf_lines(text, "NodeName=")] == [
+        "NodeAddr=10.99.5.2",
+        "NodeAddr=10.99.5.3",
+        "NodeAddr=10.99.5.4",
+    ]
+    hosts = cluster.render_node_hosts(layout, "login").splitlines()
+    assert hosts[0] == "127.0.0.1 localhost"
+    assert "10.99.5.1 login" in hosts and "10.99.5.4 node3" in hosts
+    # Debian's "127.0.1.1 <hostname>" line is what breaks rendezvous: a node's view has none.
+    assert not [line for line in hosts if line.startswith("127.0.1.1")]
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"network": "bridge"}, "network"),
+        ({"subnet": "10.77.0.0/33"}, "subnet"),
+        ({"subnet": "8.8.8.0/24"}, "subnet"),  # not ours: only a private range
+        ({"subnet": "10.77.0.0/30", "nodes": 4}, "subnet"),  # no room for 5 hosts
+    ],
+)
+def test_bad_network_is_a_user_error(fields: dict[str, object], field: str) -> None:
+    with pytest.raises(UserError, match=field):
+        cluster.Layout(**fields)  # type: ignore[arg-type]
+
+
+def test_network_names_fit_the_kernel_and_differ_per_cluster() -> None:
+    from clustertrain.cluster.netns import Names
+
+    one, two = Names("a1b2c3d4", ["node1", "node64"]), Names("ffee0011", ["node1"])
+    kernel_names = [one.bridge, one.host_link("node64"), two.bridge, two.host_link("node1")]
+    assert all(len(name) <= 15 for name in kernel_names)
+    assert len(set(kernel_names)) == 4
+    assert one.namespace("node1") != two.namespace("node1")
 
 
 def test_gres_lines_name_one_device_file_per_gpu(tmp_path: Path) -> None:
@@ -71,8 +116,8 @@ def test_bad_layout_is_a_user_error(field: str, value: object) -> None:
 
 def test_hosts_block_is_added_once_and_removed_exactly() -> None:
     original = "127.0.0.1 localhost\n::1 ip6-localhost"
-    added = cluster.hosts_with_block(original, ["node1", "node2"])
-    assert cluster.hosts_with_block(added, ["node1", "node2"]) == added
+    added = cluster.hosts_with_block(original, ["127.0.0.1 node1 node2"])
+    assert cluster.hosts_with_block(added, ["127.0.0.1 node1 node2"]) == added
     assert "127.0.0.1 node1 node2\n" in added
     assert cluster.hosts_without_block(added) == original + "\n"
     assert cluster.hosts_without_block(original) == original

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from clustertrain.nodecheck import probe, verdict
+from clustertrain.netif import interface_to
+from clustertrain.nodecheck import probe, summary, verdict
 
 
 def _probe(node: str, address: str, host: str | None = None) -> dict[str, str]:
@@ -37,3 +38,28 @@ def test_probe_sees_a_taken_port_and_an_unknown_head() -> None:
         assert "in use" in probe("localhost", port, is_head=True)["error"]
     assert "cannot resolve" in probe("no-such-host.invalid", 29500, is_head=False)["error"]
     assert probe("localhost", 29500, is_head=False)["address"] == "127.0.0.1"
+
+
+def test_the_odd_node_out_is_named() -> None:
+    probes = [_probe("node1", "10.0.0.1"), _probe("node2", "10.0.9.9"), _probe("node3", "10.0.0.1")]
+    assert verdict(probes, 3) == (
+        "node2=10.0.9.9: resolves the head node node1 unlike the others (10.0.0.1); fix DNS"
+    )
+    # Debian's "127.0.1.1 node1" line on the head node itself, across separate hosts.
+    probes[0] = _probe("node1", "127.0.1.1")
+    problem = verdict(probes, 3)
+    assert problem is not None and problem.startswith("node1: resolves the head node node1 to the")
+    assert "loopback address 127.0.1.1" in problem
+
+
+def test_a_head_node_that_names_an_address_not_its_own_is_refused() -> None:
+    # 192.0.2.0/24 is TEST-NET-1 (RFC 5737): never a local address, and nothing is sent to it.
+    found = probe("192.0.2.77", 29500, is_head=True)
+    assert "which is not one of its addresses" in found["error"]
+
+
+def test_the_interface_to_the_head_is_the_one_holding_the_route() -> None:
+    assert interface_to("127.0.0.1") == "lo"
+    assert probe("localhost", 29500, is_head=False)["interface"] == "lo"
+    line = summary([{**_probe("node1", "10.0.0.1"), "interface": "eth0"}])
+    assert line.endswith("head node node1 is 10.0.0.1; interface to it: node1=eth0")

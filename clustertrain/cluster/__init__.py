@@ -1,18 +1,26 @@
 """A real multi-node Slurm cluster on this one machine, for trying and testing clustertrain.
 
-Every node is a ``slurmd -N nodeK`` on 127.0.0.1 with its own port; one ``slurmctld`` and a
+Every node is a ``slurmd -N nodeK``, by default in network and UTS namespaces of its own on a
+private bridge (``--layout loopback``: on 127.0.0.1 with its own port); one ``slurmctld`` and a
 private ``munged`` (own key, socket and pid file in the state dir) serve them; no systemd.
 Facts this builds on: ``shared/notes/slurm-on-one-host.md``.
 
-  layout.py     the cluster's shape and where its files live
-  config.py     slurm.conf, gres.conf and the /etc/hosts block, rendered as text
+  layout.py     the cluster's shape, its addresses, and where its files live
+  config.py     slurm.conf, gres.conf and the hosts files, rendered as text
+  netns.py      the nodes' namespaces, bridge and links: made, entered, removed
   daemons.py    the daemons, started and stopped by PID and start time
   lifecycle.py  up, down and status; Slurm is asked through clustertrain.slurm
 """
 
 from __future__ import annotations
 
-from .config import hosts_with_block, hosts_without_block, render_gres_conf, render_slurm_conf
+from .config import (
+    hosts_with_block,
+    hosts_without_block,
+    render_gres_conf,
+    render_node_hosts,
+    render_slurm_conf,
+)
 from .layout import Layout, default_state_dir
 from .lifecycle import current_layout, down, local_slurm_conf, status, up
 
@@ -25,6 +33,7 @@ __all__ = [
     "hosts_without_block",
     "local_slurm_conf",
     "render_gres_conf",
+    "render_node_hosts",
     "render_slurm_conf",
     "status",
     "up",

@@ -1,4 +1,4 @@
-"""The local cluster's configuration as text: slurm.conf, gres.conf and its /etc/hosts block.
+"""The local cluster's configuration as text: slurm.conf, gres.conf, hosts files.
 
 Pure functions: the values are data here, the templates (``templates/slurm.conf.j2``,
 ``templates/gres.conf.j2``) hold layout only.
@@ -20,7 +20,7 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
     d = layout.state_dir
     settings = [
         ("ClusterName", "clustertrain"),
-        ("SlurmctldHost", f"{controller}(127.0.0.1)"),
+        ("SlurmctldHost", f"{controller}({layout.controller_address})"),
         ("SlurmctldPort", str(layout.base_port)),
         ("AuthType", "auth/munge"),
         ("AuthInfo", f"socket={munge_socket(d)}"),
@@ -33,15 +33,17 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
         ("SlurmdPidFile", str(d / "run" / "slurmd-%n.pid")),
         ("SlurmctldLogFile", str(d / "log" / "slurmctld.log")),
         ("SlurmdLogFile", str(d / "log" / "slurmd-%n.log")),
-        # No cgroups and no systemd here (notes: slurm-on-one-host.md).
+        # No cgroups and no systemd here (notes: slurm-on-one-host.md). task/affinity binds each
+        # step to the CPUs it was granted, as sites do; with linuxproc it needs no cgroups.
         ("ProctrackType", "proctrack/linuxproc"),
-        ("TaskPlugin", "task/none"),
+        ("TaskPlugin", "task/affinity"),
         ("MpiDefault", "none"),
         ("SwitchType", "switch/none"),
         ("SelectType", "select/cons_tres"),
         ("SelectTypeParameters", "CR_Core"),
         ("GresTypes", "gpu"),
-        # Nodes declare more CPUs than the host has; without this they go INVALID ("Low CPUs").
+        # Every node declares the host's CPUs, which all nodes share; without this slurmd
+        # compares them with the memory and sockets it detects and may call a node INVALID.
         ("SlurmdParameters", "config_overrides"),
         # Batch jobs start in 1-3 s instead of ~10 s.
         ("SchedulerParameters", "batch_sched_delay=0"),
@@ -64,7 +66,7 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
     nodes = [
         [
             ("NodeName", name),
-            ("NodeAddr", "127.0.0.1"),
+            ("NodeAddr", address),
             ("NodeHostname", name),
             ("Port", str(port)),
             ("CPUs", str(layout.cpus_per_node)),
@@ -72,7 +74,9 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
         ]
         + ([("Gres", f"gpu:{layout.gpus_per_node}")] if layout.gpus_per_node else [])
         + [("State", "UNKNOWN")]
-        for name, port in zip(layout.node_names, layout.ports[1:], strict=True)
+        for (name, address), port in zip(
+            layout.node_addresses.items(), layout.ports[1:], strict=True
+        )
     ]
     partitions = [
         [
@@ -102,6 +106,20 @@ def render_gres_conf(layout: Layout) -> str:
     return render_template("gres.conf.j2", gres=gres)
 
 
+def hosts_lines(layout: Layout, controller: str | None = None) -> list[str]:
+    """Name to address for every node, and for the controller when named (namespaces only)."""
+    if layout.network == "loopback":
+        return [f"127.0.0.1 {' '.join(layout.node_names)}"]
+    first = [f"{layout.controller_address} {controller}"] if controller else []
+    return first + [f"{address} {node}" for node, address in layout.node_addresses.items()]
+
+
+def render_node_hosts(layout: Layout, controller: str) -> str:
+    """/etc/hosts as a node sees it: localhost and the cluster, no ``127.0.1.1 host`` line."""
+    base = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
+    return hosts_with_block(base, hosts_lines(layout, controller))
+
+
 def hosts_without_block(text: str) -> str:
     lines = text.splitlines(keepends=True)
     if HOSTS_BEGIN + "\n" not in lines:
@@ -111,8 +129,8 @@ def hosts_without_block(text: str) -> str:
     return "".join(lines[:start] + lines[end + 1 :])
 
 
-def hosts_with_block(text: str, names: list[str]) -> str:
+def hosts_with_block(text: str, lines: list[str]) -> str:
     text = hosts_without_block(text)
     if text and not text.endswith("\n"):
         text += "\n"
-    return text + f"{HOSTS_BEGIN}\n127.0.0.1 {' '.join(names)}\n{HOSTS_END}\n"
+    return text + "\n".join([HOSTS_BEGIN, *lines, HOSTS_END]) + "\n"

@@ -1,12 +1,15 @@
-"""The local cluster's shape and where its files live."""
+"""The local cluster's shape, its addresses, and where its files live."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clustertrain.errors import FieldError
 from clustertrain.slurm import local_cluster_dir
+
+NETWORKS = ("namespaces", "loopback")
 
 
 def default_state_dir() -> Path:
@@ -15,13 +18,21 @@ def default_state_dir() -> Path:
 
 @dataclass(frozen=True)
 class Layout:
-    """The cluster's shape. slurmctld listens on ``base_port``, node K's slurmd on base_port+K."""
+    """The cluster's shape. slurmctld listens on ``base_port``, node K's slurmd on base_port+K.
+
+    ``network="namespaces"`` (the default) makes every node a host of its own: its own network
+    namespace on a bridge (address ``subnet`` host K+1; the controller is host 1), its own
+    hostname and its own hosts file. ``"loopback"`` puts every node on 127.0.0.1, for machines
+    where namespaces cannot be made.
+    """
 
     nodes: int = 4
-    cpus_per_node: int = 8
+    cpus_per_node: int = 2
     gpus_per_node: int = 2
     memory_mb_per_node: int = 4096
     base_port: int = 16817
+    network: str = "namespaces"
+    subnet: str = "10.77.0.0/24"
     state_dir: Path = field(default_factory=default_state_dir)
 
     def __post_init__(self) -> None:
@@ -35,6 +46,20 @@ class Layout:
             value = getattr(self, name)
             if not isinstance(value, int) or not low <= value <= high:
                 raise FieldError(name, value, f"use a whole number from {low} to {high}")
+        if self.network not in NETWORKS:
+            raise FieldError("network", self.network, f"use one of {', '.join(NETWORKS)}")
+        try:
+            net = ipaddress.IPv4Network(self.subnet)
+        except ValueError:
+            raise FieldError(
+                "subnet", self.subnet, "use an IPv4 network such as 10.77.0.0/24"
+            ) from None
+        if not net.is_private or net.num_addresses - 2 < self.nodes + 1:
+            raise FieldError(
+                "subnet",
+                self.subnet,
+                f"use a private IPv4 network with room for {self.nodes + 1} hosts",
+            )
         object.__setattr__(self, "state_dir", Path(self.state_dir).absolute())
 
     @property
@@ -45,10 +70,30 @@ class Layout:
     def ports(self) -> list[int]:
         return [self.base_port + k for k in range(self.nodes + 1)]
 
+    @property
+    def prefix_length(self) -> int:
+        return ipaddress.IPv4Network(self.subnet).prefixlen
+
+    @property
+    def controller_address(self) -> str:
+        return self.addresses[0]
+
+    @property
+    def node_addresses(self) -> dict[str, str]:
+        return dict(zip(self.node_names, self.addresses[1:], strict=True))
+
+    @property
+    def addresses(self) -> list[str]:
+        """The controller's address, then each node's."""
+        if self.network == "loopback":
+            return ["127.0.0.1"] * (self.nodes + 1)
+        hosts = ipaddress.IPv4Network(self.subnet).hosts()
+        return [str(next(hosts)) for _ in range(self.nodes + 1)]
+
     def describe(self) -> str:
         return (
             f"{self.nodes} nodes x {self.cpus_per_node} CPUs, {self.gpus_per_node} GPUs, "
-            f"{self.memory_mb_per_node} MB"
+            f"{self.memory_mb_per_node} MB, {self.network} network"
         )
 
 
@@ -62,6 +107,11 @@ def record_path(state_dir: Path) -> Path:
 
 def munge_socket(state_dir: Path) -> Path:
     return state_dir / "munge" / "munged.socket"
+
+
+def hosts_file(state_dir: Path, node: str) -> Path:
+    """The hosts file node ``node`` sees as /etc/hosts (namespace network only)."""
+    return state_dir / "hosts" / node
 
 
 def gpu_files(layout: Layout, node: str) -> list[Path]:

@@ -16,9 +16,24 @@ from clustertrain.errors import UserError
 from clustertrain.procs import start_time
 from clustertrain.slurm import Slurm
 
-from . import daemons
-from .config import hosts_with_block, hosts_without_block, render_gres_conf, render_slurm_conf
-from .layout import Layout, conf_path, default_state_dir, gpu_files, munge_socket, record_path
+from . import daemons, netns
+from .config import (
+    hosts_lines,
+    hosts_with_block,
+    hosts_without_block,
+    render_gres_conf,
+    render_node_hosts,
+    render_slurm_conf,
+)
+from .layout import (
+    Layout,
+    conf_path,
+    default_state_dir,
+    gpu_files,
+    hosts_file,
+    munge_socket,
+    record_path,
+)
 
 HOSTS_FILE = Path("/etc/hosts")
 UP_TIMEOUT_S = 60.0
@@ -70,6 +85,25 @@ def _ensure_packages() -> None:
             policy.unlink()
 
 
+def _check_machine(layout: Layout) -> None:
+    """What this machine must offer the layout: its CPUs, and namespaces with a free subnet."""
+    cpus = len(os.sched_getaffinity(0))
+    if layout.cpus_per_node > cpus:
+        raise UserError(
+            f"cpus_per_node: {layout.cpus_per_node} is more than the {cpus} CPUs this machine "
+            f"has; Slurm binds each step to real CPUs: use --cpus-per-node {cpus} or fewer"
+        )
+    if layout.network == "namespaces":
+        missing = [p for p in ("ip", "nsenter", "unshare", "mount") if not _which(p)]
+        if missing:
+            raise UserError(
+                f"layout: namespaces need {', '.join(missing)} (iproute2, util-linux): install "
+                "them, or use `clustertrain cluster up --layout loopback`"
+            )
+        netns.check_subnet_free(layout)
+    _check_ports(layout)
+
+
 def _check_ports(layout: Layout) -> None:
     for port in layout.ports:
         with socket.socket() as sock:
@@ -106,6 +140,10 @@ def _prepare(layout: Layout, controller: str) -> None:
             gpu.chmod(0o666)  # mknod's mode is cut by the umask
     conf_path(d).write_text(render_slurm_conf(layout, controller))
     (d / "gres.conf").write_text(render_gres_conf(layout))
+    if layout.network == "namespaces":
+        (d / "hosts").mkdir(exist_ok=True)
+        for node in layout.node_names:
+            hosts_file(d, node).write_text(render_node_hosts(layout, controller))
 
 
 def _wait_until_idle(layout: Layout, record: dict) -> None:
@@ -149,10 +187,11 @@ def up(layout: Layout) -> str:
         return str(conf_path(layout.state_dir))
     down(layout.state_dir)  # whatever a crashed or half-dead cluster left
     _ensure_packages()
-    _check_ports(layout)
+    _check_machine(layout)
     d = layout.state_dir
     d.mkdir(parents=True, exist_ok=True)
-    _prepare(layout, socket.gethostname().split(".")[0])
+    controller = socket.gethostname().split(".")[0]
+    _prepare(layout, controller)
     record: dict = {
         "id": secrets.token_hex(8),
         "layout": {**asdict(layout), "state_dir": str(d)},
@@ -161,7 +200,7 @@ def up(layout: Layout) -> str:
     }
     # Recorded before each change, so that down can undo a start-up cut short at any point.
     daemons.write_record(d, record)
-    HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), layout.node_names))
+    HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), hosts_lines(layout)))
     env = {**os.environ, "SLURM_CONF": str(conf_path(d)), daemons.CLUSTER_ID_VAR: record["id"]}
     munge = d / "munge"
     # munged -f: without it munged refuses a group-writable folder above its files
@@ -182,11 +221,15 @@ def up(layout: Layout) -> str:
         ),
         ("slurmctld", [_which("slurmctld") or "slurmctld", "-D", "-f", str(conf_path(d))]),
     ]
-    to_start += [
-        (f"slurmd-{n}", [_which("slurmd") or "slurmd", "-D", "-N", n, "-f", str(conf_path(d))])
-        for n in layout.node_names
-    ]
+    names = _names(record)
+    for node in layout.node_names:
+        argv = [_which("slurmd") or "slurmd", "-D", "-N", node, "-f", str(conf_path(d))]
+        if layout.network == "namespaces":
+            argv = netns.enter(names, node, hosts_file(d, node), argv)
+        to_start.append((f"slurmd-{node}", argv))
     try:
+        if layout.network == "namespaces":
+            netns.create(layout, names)
         for name, argv in to_start:
             record["processes"].append(daemons.spawn(name, argv, d / "log" / f"{name}.log", env))
             daemons.write_record(d, record)
@@ -207,6 +250,10 @@ def _wait_for_munge(state_dir: Path, proc: dict) -> None:
                 f"munged did not start; {daemons.tail(state_dir / 'log' / 'munged.log')}"
             )
         time.sleep(0.05)
+
+
+def _names(record: dict) -> netns.Names:
+    return netns.Names(record["id"], daemons.record_layout(record).node_names)
 
 
 def _slurm(state_dir: Path) -> Slurm:
@@ -249,6 +296,8 @@ def down(state_dir: Path) -> None:
     daemons.stop(procs)
     if record.get("hosts_block"):
         HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
+    if daemons.record_layout(record).network == "namespaces":
+        netns.remove(_names(record))
     for path in (state_dir / "run").glob("*.pid"):
         path.unlink()
     munge_socket(state_dir).unlink(missing_ok=True)
@@ -270,10 +319,17 @@ def status(state_dir: Path) -> str:
         f"local cluster: {'up' if daemons.healthy(record) else 'degraded (run down, then up)'}, "
         f"{layout.describe()}; export SLURM_CONF={conf_path(state_dir)}"
     )
-    lines = [head]
+    where = (
+        f"its own network namespace and hostname on bridge {_names(record).bridge} "
+        f"({layout.subnet}); controller {layout.controller_address}"
+        if layout.network == "namespaces"
+        else "127.0.0.1 with its own port"
+    )
+    lines = [head, f"  layout: {layout.network}: every node on {where}"]
+    addresses = layout.node_addresses
     for p in record["processes"]:
         node = p["name"].removeprefix("slurmd-") if p["name"].startswith("slurmd-") else ""
         state = "running" if alive[p["name"]] else "not running"
-        extra = f"  {node} {nodes.get(node, 'unknown')}" if node else ""
+        extra = f"  {node} {addresses[node]} {nodes.get(node, 'unknown')}" if node else ""
         lines.append(f"  {p['name']:<14} pid {p['pid']:<8} {state}{extra}")
     return "\n".join(lines)
