@@ -12,10 +12,10 @@ import re
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from clustertrain import protocol
+from clustertrain.follow import CYCLE_S, LogFile, Tail, list_log_files
 from clustertrain.runs import Run, printable
 from clustertrain.slurm import JobState
 
@@ -32,23 +32,9 @@ _PEER_FAILED = re.compile(
     r"Connection closed by peer|remote worker crash|Connection reset|"
     r"NCCL communicator was aborted|recvValueWithTimeout failed"
 )
-_ATTEMPT = re.compile(r"attempt-(\d+)")
-_NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
-# Files are cheap to poll; the scheduler is not (Slurm's docs warn against squeue loops).
-FILE_POLL_S = 0.25
+# The scheduler is not cheap to poll (Slurm's docs warn against squeue loops); files are
+# (clustertrain.follow).
 STATE_POLL_S = 3.0
-
-
-@dataclass(frozen=True)
-class LogFile:
-    path: Path
-    attempt: int
-    node: str
-    stream: str
-
-    @property
-    def key(self) -> tuple[int, bool, str, bool]:
-        return (self.attempt, self.node != "batch", self.node, self.stream != "out")
 
 
 @dataclass(frozen=True)
@@ -68,23 +54,7 @@ class Filter:
 
 def log_files(run: Run) -> list[LogFile]:
     """The job's log files, attempt by attempt: the batch shell first, then each node."""
-    found: list[LogFile] = []
-    logs = run.logs_dir
-    if logs.is_symlink() or not logs.is_dir():
-        return found
-    for stream in ("out", "err"):
-        batch = logs / f"slurm-{run.job_id}.{stream}"
-        if batch.is_file() and not batch.is_symlink():
-            found.append(LogFile(batch, 0, "batch", stream))
-    for folder in logs.iterdir():
-        attempt = _ATTEMPT.fullmatch(folder.name)
-        if not attempt or folder.is_symlink() or not folder.is_dir():
-            continue
-        for path in folder.iterdir():
-            name = _NODE_FILE.fullmatch(path.name)
-            if name and path.is_file() and not path.is_symlink():
-                found.append(LogFile(path, int(attempt[1]), name[1], name[2]))
-    return sorted(found, key=lambda log: log.key)
+    return list_log_files(run.logs_dir, run.job_id)
 
 
 def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
@@ -182,38 +152,23 @@ def follow_lines(
     return value is the final state.
 
     Only complete lines are yielded; a final pass after the job ends catches the last ones.
+    How the files are polled, at any number of them: :mod:`clustertrain.follow`.
     """
-    offsets: dict[Path, int] = {}
-    pending: dict[Path, bytes] = {}
+    tail = Tail(run.logs_dir, run.job_id, filters.wants_file, clock)
 
-    def drain(final: bool) -> list[str]:
-        found = []
-        for log in log_files(run):
-            if not filters.wants_file(log):
-                continue
-            with log.path.open("rb") as handle:
-                handle.seek(offsets.get(log.path, 0))
-                chunk = pending.pop(log.path, b"") + handle.read()
-                offsets[log.path] = handle.tell()
-            lines = chunk.split(b"\n")
-            rest = lines.pop()
-            if rest and final:
-                lines.append(rest)
-            elif rest:
-                pending[log.path] = rest
-            for raw in lines:
-                formatted = format_line(log, raw.decode("utf-8", "replace"), filters)
-                if formatted is not None:
-                    found.append(formatted)
-        return found
+    def formatted(found: Iterator[tuple[LogFile, bytes]]) -> Iterator[str]:
+        for log, raw in found:
+            line = format_line(log, raw.decode("utf-8", "replace"), filters)
+            if line is not None:
+                yield line
 
     next_state = clock()
     while True:
-        yield from drain(final=False)
+        yield from formatted(tail.poll())
         if clock() >= next_state:
             state = job_state()
             if state.finished:
-                yield from drain(final=True)
+                yield from formatted(tail.finish())
                 return state
             next_state = clock() + STATE_POLL_S
-        sleep(FILE_POLL_S)
+        sleep(CYCLE_S)

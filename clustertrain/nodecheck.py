@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -92,11 +93,12 @@ def verdict(probes: list[dict[str, Any]], nodes: int) -> str | None:
     return None
 
 
-def summary(probes: list[dict[str, Any]]) -> str:
-    """One line for a passed check: the head's address and each node's interface to it."""
+def summary(probes: list[dict[str, Any]], seconds: float) -> str:
+    """One line for a passed check: its time, the head's address, each node's interface."""
     interfaces = " ".join(f"{p['node']}={p.get('interface') or '?'}" for p in probes)
     return (
-        f"node check passed on {len(probes)} node(s): head node {probes[0]['head']} is "
+        f"node check passed on {len(probes)} node(s) in {seconds:.1f} s: head node "
+        f"{probes[0]['head']} is "
         f"{probes[0]['address']}; interface to it: {interfaces}"
     )
 
@@ -117,7 +119,8 @@ def main(argv: list[str]) -> int:
     if problem:
         print(f"clustertrain: node check failed: {problem}", file=sys.stderr)
         return 1
-    print(f"clustertrain: {summary(probes)}")
+    # The batch script's `date +%s.%N` before the probes: the check's time includes srun's.
+    print(f"clustertrain: {summary(probes, time.time() - float(argv[3]))}")
     return 0
 
 

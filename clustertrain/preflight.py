@@ -90,7 +90,7 @@ def check(spec: JobSpec, cluster: ClusterInfo) -> None:
         if wanted > most:
             raise UserError(
                 f"{field}: {wanted} {unit} per node requested but the usable nodes "
-                f"of partition {part.name} have at most {most}{skip}"
+                f"of partition {part.name} have at most {most}: ask for {most} or fewer{skip}"
             )
     fitting = [n for n in members if all(have(n) >= wanted for _, wanted, have, _ in limits)]
     if spec.nodes > len(fitting):

@@ -35,7 +35,7 @@ SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 # for each rank): a user's value for one would change what the scripts do.
 SCRIPT_VARIABLES = frozenset(
     {"HEAD_NODE", "RDZV_PORT", "RDZV_IS_HOST", "LOG_DIR", "STATUS", "SRUN_PID", "VIRTUAL_ENV"}
-    | {"IFNAME"}
+    | {"IFNAME", "CHECK_START"}
     | {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
     | {"MASTER_ADDR", "MASTER_PORT", "PATH", "PYTHONUNBUFFERED"}
 )

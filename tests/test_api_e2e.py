@@ -49,8 +49,9 @@ def test_cancel_and_a_bounded_wait(
     runs_dir: str,
 ) -> None:
     job = clustertrain.submit(
-        nodes=1, script="tests/jobs/fail_rank.py", runs_dir=runs_dir, node_check=False
-    )
+        nodes=1, script="tests/jobs/fail_rank.py", runs_dir=runs_dir, node_check=False,
+        cpus_per_task=1,
+    )  # fmt: skip
     assert isinstance(job, clustertrain.Job)
     assert job.wait(timeout=1, poll_s=0.5) in ("PENDING", "RUNNING")
     job.cancel()

@@ -52,8 +52,9 @@ def test_a_rank_killed_with_sigkill_ends_the_job_and_is_named(
     env: dict[str, str],
 ) -> None:
     job_id, run_dir = submit(
-        env, "--nodes", "2", "--gpus-per-node", "2", "--script", "tests/jobs/fail_rank.py"
-    )
+        env, "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-task", "2",
+        "--script", "tests/jobs/fail_rank.py",
+    )  # fmt: skip
     _wait_for_line(env, job_id, "rank 3 ready")
     os.kill(_rank_pid(run_dir, 3), signal.SIGKILL)
     ended = run_cli("logs", job_id, "--follow", env=env, timeout=END_WITHIN_S)
@@ -69,7 +70,7 @@ def test_a_rank_that_raises_ends_the_job_and_its_traceback_is_shown(
 ) -> None:
     job_id, _ = submit(
         env,
-        "--nodes", "2", "--gpus-per-node", "2", "--env", "FAIL_RANK=1",
+        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-task", "2", "--env", "FAIL_RANK=1",
         "--script", "tests/jobs/fail_rank.py",
     )  # fmt: skip
     # The bound includes the job's start-up (imports, rendezvous) before the raise.
@@ -90,8 +91,9 @@ def test_a_rank_that_crashes_after_the_requeue_request_cannot_fail_the_job(
     ranks' exit status: here rank 1 aborts (SIGABRT) after the request, and the job still
     requeues, resumes and completes."""
     job_id, run_dir = submit(
-        env, "--nodes", "2", "--gpus-per-node", "1", "--script", "tests/jobs/abort_after_requeue.py"
-    )
+        env, "--nodes", "2", "--gpus-per-node", "1", "--cpus-per-task", "2",
+        "--script", "tests/jobs/abort_after_requeue.py",
+    )  # fmt: skip
     release_requeued(job_id, restarts=1)
     ended = run_cli("logs", job_id, "--follow", env=env, timeout=END_WITHIN_S + 120)
     assert ended.returncode == 0, ended.stdout[-3000:] + ended.stderr

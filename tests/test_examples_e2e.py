@@ -30,7 +30,7 @@ def test_the_preemptible_example_survives_two_preemptions(
     env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
     job_id, run_dir = submit(
         env, "--launcher", "accelerate", "--script", EXAMPLE, "--nodes", "2",
-        "--gpus-per-node", "0", "--procs-per-node", "1",
+        "--gpus-per-node", "0", "--procs-per-node", "1", "--cpus-per-task", "2",
         "--", "--epochs", "3", "--step-delay", "0.3",
     )  # fmt: skip
     _signal_at(job_id, run_dir, attempt=0, epoch=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import logs, runs
+from clustertrain import follow, logs, runs
 from clustertrain.errors import UserError
 from clustertrain.render import render
 from clustertrain.slurm import JobState
@@ -178,3 +178,56 @@ def test_a_full_disk_leaves_no_half_written_run_folder(
     with pytest.raises(UserError, match="No space left on device"):
         submit_job(job, NeverCalled(), check=False)  # type: ignore[arg-type]
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+def _tail(logs_dir: Path, now: list[float]) -> follow.Tail:
+    return follow.Tail(logs_dir, "7", lambda log: True, lambda: now[0])
+
+
+def _cycle(tail: follow.Tail, now: list[float]) -> list[bytes]:
+    now[0] += follow.CYCLE_S
+    return [raw for _, raw in tail.poll()]
+
+
+def test_the_follower_sweeps_every_quiet_file_within_a_sweep_and_finds_new_ones(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "logs" / "attempt-0"
+    folder.mkdir(parents=True)
+    for k in range(30):
+        (folder / f"node{k}.out").write_text(f"old {k}\n")
+    now = [0.0]
+    tail = _tail(tmp_path / "logs", now)
+    assert sorted(_cycle(tail, now)) == sorted(f"old {k}".encode() for k in range(30))
+    # Long quiet, then one line in each file: every one is seen within one sweep of cycles.
+    for _ in range(int(follow.QUIET_AFTER_S / follow.CYCLE_S) + 2):
+        assert _cycle(tail, now) == []
+    for k in range(30):
+        with (folder / f"node{k}.out").open("a") as handle:
+            handle.write(f"new {k}\n")
+    seen = [line for _ in range(follow.SWEEP_CYCLES) for line in _cycle(tail, now)]
+    assert sorted(seen) == sorted(f"new {k}".encode() for k in range(30))
+    # A node file that appears later (a requeued attempt) is found and read.
+    later = tmp_path / "logs" / "attempt-1"
+    later.mkdir()
+    (later / "node1.err").write_text("second attempt\n")
+    assert _cycle(tail, now) == [b"second attempt"]
+    assert tail.files[str(later / "node1.err")].log.attempt == 1
+
+
+def test_the_follower_keeps_no_history_and_caps_a_line_without_end(tmp_path: Path) -> None:
+    folder = tmp_path / "logs" / "attempt-0"
+    folder.mkdir(parents=True)
+    log = folder / "node1.out"
+    log.write_bytes(b"x" * (follow.MAX_PARTIAL + 10))
+    now = [0.0]
+    tail = _tail(tmp_path / "logs", now)
+    assert [len(line) for line in _cycle(tail, now)] == [follow.MAX_PARTIAL + 10]
+    tracked = tail.files[str(log)]
+    assert (tracked.offset, tracked.partial) == (follow.MAX_PARTIAL + 10, b"")
+    # A log swapped for a symlink is not read, whatever it points at.
+    secret = tmp_path / "secret"
+    secret.write_text("do not show\n" * 100)
+    log.unlink()
+    log.symlink_to(secret)
+    assert _cycle(tail, now) == [] and list(tail.finish()) == []

@@ -61,5 +61,8 @@ def test_a_head_node_that_names_an_address_not_its_own_is_refused() -> None:
 def test_the_interface_to_the_head_is_the_one_holding_the_route() -> None:
     assert interface_to("127.0.0.1") == "lo"
     assert probe("localhost", 29500, is_head=False)["interface"] == "lo"
-    line = summary([{**_probe("node1", "10.0.0.1"), "interface": "eth0"}])
-    assert line.endswith("head node node1 is 10.0.0.1; interface to it: node1=eth0")
+    line = summary([{**_probe("node1", "10.0.0.1"), "interface": "eth0"}], 1.25)
+    assert line == (
+        "node check passed on 1 node(s) in 1.2 s: head node node1 is 10.0.0.1; "
+        "interface to it: node1=eth0"
+    )

@@ -208,7 +208,7 @@ def test_submit_without_a_reachable_slurm_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "names"),
     [
-        (["--nodes", "5"], "nodes: 5 requested but partition debug has only 4"),
+        (["--nodes", "5", "--cpus-per-task", "1"], "nodes: 5 requested but partition debug has"),
         (["--gpus-per-node", "3"], "gpus_per_node: 3 GPUs per node"),
         (["--cpus-per-task", "64"], "cpus_per_task: 64 CPUs"),
         (["--partition", "gpu"], "partition: 'gpu' does not exist"),

@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
-NODES = ["--nodes", "2", "--gpus-per-node", "0", "--procs-per-node", "2"]
+NODES = ["--nodes", "2", "--gpus-per-node", "0", "--procs-per-node", "2", "--cpus-per-task", "2"]
 TEST_OPS = Path(accelerate.__file__).parent / "test_utils" / "scripts" / "test_ops.py"
 
 
@@ -45,9 +45,9 @@ def test_a_plain_ddp_script_sees_the_whole_world(
 ) -> None:
     out = _run(env, "torchrun", "tests/jobs/user_ddp.py")
     seen = re.findall(r"rank (\d) of (\d), all-reduce (\d), threads (\d+)", out)
-    # Each node's task has the default 4 CPUs (2 per process): 2 threads per rank, where
-    # torchrun alone would have set 1.
-    assert sorted(seen) == [(str(r), "4", "4", "2") for r in range(4)], out[-3000:]
+    # Each node's task has 2 CPUs, shared by its 2 processes: 1 thread each (the split with
+    # more threads per rank is tested in test_site_e2e).
+    assert sorted(seen) == [(str(r), "4", "4", "1") for r in range(4)], out[-3000:]
 
 
 def test_accelerates_own_test_ops_script(

@@ -196,11 +196,13 @@ def up(layout: Layout) -> str:
         "id": secrets.token_hex(8),
         "layout": {**asdict(layout), "state_dir": str(d)},
         "processes": [],
-        "hosts_block": True,
+        # Loopback nodes share this host's /etc/hosts; namespace nodes each have their own.
+        "hosts_block": layout.network == "loopback",
     }
     # Recorded before each change, so that down can undo a start-up cut short at any point.
     daemons.write_record(d, record)
-    HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), hosts_lines(layout)))
+    if record["hosts_block"]:
+        HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), hosts_lines(layout)))
     env = {**os.environ, "SLURM_CONF": str(conf_path(d)), daemons.CLUSTER_ID_VAR: record["id"]}
     munge = d / "munge"
     # munged -f: without it munged refuses a group-writable folder above its files

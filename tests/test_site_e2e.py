@@ -1,0 +1,117 @@
+"""What a job sees on the local cluster's default layout, as it would at a site: every node a
+host of its own (hostname, address, hosts file), ranks talking over the bridge, CPUs bound to
+what the step was granted, and a node with a broken hosts view stopped in seconds by name."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clustertrain import cluster as local
+from tests.conftest import run_cli
+from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+
+pytestmark = pytest.mark.slurm
+SCRIPT = "tests/jobs/where_am_i.py"
+
+
+@pytest.fixture
+def layout(cluster: None) -> local.Layout:  # noqa: F811
+    found = local.current_layout(local.default_state_dir())
+    assert found is not None
+    if found.network != "namespaces":
+        pytest.skip("the local cluster runs the loopback layout (cluster up --layout loopback)")
+    return found
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+
+
+def _ranks(env: dict[str, str], *flags: str) -> tuple[list[dict], str]:
+    job_id, _ = submit(env, "--launcher", "torchrun", "--script", SCRIPT, *flags)
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    seen = [json.loads(m) for m in re.findall(r"where-am-i (\{.*\})", done.stdout)]
+    return sorted(seen, key=lambda r: r["rank"]), done.stdout
+
+
+def test_each_node_is_its_own_host_and_ranks_talk_over_the_bridge(
+    layout: local.Layout, env: dict[str, str]
+) -> None:
+    ranks, out = _ranks(env, "--nodes", "3", "--gpus-per-node", "0", "--cpus-per-task", "1")
+    assert [r["sum"] for r in ranks] == [3, 3, 3], out[-3000:]
+    addresses = layout.node_addresses
+    assert [r["hostname"] for r in ranks] == [r["slurm_node"] for r in ranks]
+    assert len({r["hostname"] for r in ranks}) == 3
+    head = ranks[0]["slurm_node"]
+    # Every node resolves the head node to its bridge address, and trains over eth0.
+    assert {r["head_address"] for r in ranks} == {addresses[head]}
+    assert {(r["gloo_ifname"], r["nccl_ifname"]) for r in ranks} == {("eth0", "eth0")}
+    for rank in ranks:
+        assert rank["peers"], rank
+        assert not [p for p in rank["peers"] if p.startswith("127.")], rank
+        assert set(rank["peers"]) <= set(addresses.values()), rank
+    # The non-head ranks reach the head over the bridge (its store and gloo).
+    assert all(addresses[head] in r["peers"] for r in ranks[1:])
+    assert "interface to it: " in out and "=eth0" in out
+
+
+@pytest.mark.parametrize(("cpus", "procs", "threads"), [(1, 1, 1), (2, 1, 2), (2, 2, 1)])
+def test_a_rank_gets_the_cpus_its_step_was_granted(
+    layout: local.Layout, env: dict[str, str], cpus: int, procs: int, threads: int
+) -> None:
+    flags = ["--nodes", "2", "--gpus-per-node", "0", "--procs-per-node", str(procs)]
+    ranks, out = _ranks(env, *flags, "--cpus-per-task", str(cpus))
+    assert len(ranks) == 2 * procs, out[-3000:]
+    assert {len(r["cpus"]) for r in ranks} == {cpus}, ranks
+    assert {r["threads"] for r in ranks} == {threads}, ranks
+
+
+def test_srun_binds_a_one_cpu_step_to_one_cpu(layout: local.Layout) -> None:
+    env = {"SLURM_CONF": str(local.local_slurm_conf()), "PATH": "/usr/bin:/bin"}
+    probe = "import os; print(len(os.sched_getaffinity(0)))"
+    one = subprocess.run(
+        ["srun", "-N1", "-c1", "python3", "-c", probe], env=env, capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    assert one.stdout.split() == ["1"]
+
+
+@pytest.fixture
+def broken_node(layout: local.Layout) -> Iterator[tuple[str, str]]:
+    """node2's hosts view maps the head node to Debian's 127.0.1.1; restored afterwards.
+
+    Written in place: each node's /etc/hosts is a bind mount of its file, which a rename would
+    leave behind."""
+    path = layout.state_dir / "hosts" / "node2"
+    original = path.read_text()
+    path.write_text(original.replace(f"{layout.node_addresses['node1']} node1", "127.0.1.1 node1"))
+    try:
+        yield "node2", "127.0.1.1"
+    finally:
+        path.write_text(original)
+
+
+def test_a_node_resolving_the_head_to_loopback_ends_the_job_naming_it(
+    layout: local.Layout, env: dict[str, str], broken_node: tuple[str, str]
+) -> None:
+    node, address = broken_node
+    job_id, run_dir = submit(
+        env, "--launcher", "torchrun", "--script", SCRIPT, "--nodes", str(layout.nodes),
+        "--gpus-per-node", "0", "--cpus-per-task", "1",
+    )  # fmt: skip
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode != 0
+    assert f"node check failed: {node}: resolves the head node node1 to the loopback " in (
+        done.stdout
+    ), done.stdout[-2000:]
+    assert address in done.stdout and "where-am-i" not in done.stdout
+    # It stopped before any launcher started: no node wrote a log of its ranks.
+    assert not list((run_dir / "logs" / "attempt-0").glob("node*.out"))
