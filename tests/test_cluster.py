@@ -185,3 +185,63 @@ def test_up_when_up_changes_nothing(live: cluster.Layout) -> None:
     before = record.read_text()
     assert cluster.up(live) == str(cluster.local_slurm_conf())
     assert record.read_text() == before
+
+
+# --- private clusters beside the shared one (own state folder, ports and subnet) -------------
+
+
+def _private(tmp_path: Path, nodes: int, subnet: str) -> cluster.Layout:
+    if os.geteuid() != 0 or cluster.current_layout(cluster.default_state_dir()) is None:
+        pytest.skip("needs root and the local cluster's packages (clustertrain cluster up)")
+    return cluster.Layout(
+        nodes=nodes, cpus_per_node=1, gpus_per_node=0, base_port=18817, subnet=subnet,
+        state_dir=tmp_path / "cluster",
+    )  # fmt: skip
+
+
+@pytest.mark.slurm
+def test_down_removes_every_namespace_and_link_after_a_crash(tmp_path: Path) -> None:
+    import json
+    import signal
+
+    from clustertrain.cluster.netns import Names, leftovers
+
+    layout = _private(tmp_path, 2, "10.77.2.0/24")
+    cluster.up(layout)
+    record = json.loads((layout.state_dir / "state.json").read_text())
+    names = Names(record["id"], layout.node_names)
+    assert len(leftovers(names)) == 5  # the bridge, 2 links, 2 namespaces
+    for proc in record["processes"]:  # the crash: every daemon killed at once
+        os.kill(proc["pid"], signal.SIGKILL)
+    cluster.down(layout.state_dir)
+    assert leftovers(names) == []
+    assert "down" in cluster.status(layout.state_dir)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_16_node_job_completes_on_16_separate_hosts(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from tests.conftest import run_cli
+
+    layout = _private(tmp_path, 16, "10.77.3.0/24")
+    conf = cluster.up(layout)
+    try:
+        env = {"SLURM_CONF": conf, "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+        done = run_cli(
+            "submit", "--launcher", "torchrun", "--script", "tests/jobs/where_am_i.py",
+            "--nodes", "16", "--gpus-per-node", "0", "--cpus-per-task", "1", env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        job_id = re.search(r"submitted job (\d+)", done.stdout)[1]  # type: ignore[index]
+        followed = run_cli("logs", job_id, "--follow", env=env, timeout=600)
+        assert followed.returncode == 0, followed.stdout[-3000:]
+        ranks = [json.loads(m) for m in re.findall(r"where-am-i (\{.*\})", followed.stdout)]
+        assert sorted(r["rank"] for r in ranks) == list(range(16))
+        assert {r["sum"] for r in ranks} == {16}
+        assert {r["hostname"] for r in ranks} == set(layout.node_names)
+        assert {r["head_address"] for r in ranks} == {layout.node_addresses["node1"]}
+    finally:
+        cluster.down(layout.state_dir)
