@@ -114,6 +114,11 @@ _SPEC_OPTIONS = [
     click.option("--max-restarts", type=int, help="Worker restarts the launcher may do."),
     click.option("--max-requeues", type=int, help="Requeues after a checkpoint (default 3)."),
     click.option(
+        "--requeue-on-node-failure/--no-requeue-on-node-failure",
+        default=None,
+        help="A node lost mid-job: requeue without it and resume (default: end the job).",
+    ),
+    click.option(
         "--rdzv-timeout",
         "rdzv_timeout_s",
         type=int,
@@ -267,6 +272,25 @@ def status(job: str, runs_dir: str | None) -> None:
         failure = first_failure(run)
         for line in failure.lines() if failure else []:
             click.echo(f"  {line}")
+    for line in _lost_nodes(attached, state):
+        click.echo(f"  {line}")
+
+
+def _lost_nodes(job: Any, state: Any) -> list[str]:
+    """The nodes the job lost: as its batch script found them, or as Slurm says (NODE_FAIL)."""
+    from clustertrain.env import expand_hostlist
+    from clustertrain.logs import lost_nodes
+    from clustertrain.slurm import Slurm
+
+    lines = []
+    if found := lost_nodes(job.run):
+        when = "" if state.finished else " (in an earlier attempt)"
+        lines.append(f"lost node(s): {' '.join(found)}{when}")
+    if state.state == "NODE_FAIL" and state.nodes:
+        down = Slurm().unavailable(expand_hostlist(state.nodes))
+        seen = ", ".join(f"{node} ({how})" for node, how in down.items()) or "none now"
+        lines.append(f"Slurm declared a node of the job down; unavailable now: {seen}")
+    return lines
 
 
 @cli.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")
@@ -398,6 +422,20 @@ def down() -> None:
     from clustertrain import cluster as local
 
     local.down(local.default_state_dir())
+
+
+@cluster.command(
+    epilog="\b\nExamples:\n  clustertrain cluster fail node2\n"
+    "  clustertrain cluster fail node2 --cut-link"
+)
+@click.argument("node")
+@click.option("--cut-link", is_flag=True, help="Cut its network link instead of killing it.")
+def fail(node: str, cut_link: bool) -> None:
+    """Make NODE disappear mid-job (its slurmd and every process on it killed), to see what a
+    job does then; `cluster up` restarts the cluster afresh."""
+    from clustertrain import cluster as local
+
+    click.echo(local.fail_node(local.default_state_dir(), node, cut_link))
 
 
 @cluster.command(name="status", epilog="\b\nExample:\n  clustertrain cluster status")

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from clustertrain import protocol
 from clustertrain.follow import CYCLE_S, LogFile, Tail, list_log_files
-from clustertrain.runs import Run, printable
+from clustertrain.runs import Run, RunFolderError, printable, read_regular
 from clustertrain.slurm import JobState
 
 _RANK_PREFIX = protocol.RANK_PREFIX
@@ -111,6 +111,18 @@ def first_failure(run: Run) -> Failure | None:
         peer_died = bool(_PEER_FAILED.search("\n".join(own)))
         found.append(((cause["time"], failure.exit_code >= 0, peer_died), failure))
     return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def lost_nodes(run: Run) -> list[str]:
+    """The nodes the batch script last reported lost (``protocol.LOST_NODES``), if any."""
+    path = run.logs_dir / f"slurm-{run.job_id}.err"
+    try:
+        text = read_regular(path, 1 << 16, tail=True).decode("utf-8", "replace")
+    except RunFolderError:
+        return []
+    reports = [line for line in text.splitlines() if line.startswith(protocol.LOST_NODES)]
+    words = reports[-1][len(protocol.LOST_NODES) :].split("(")[0].split() if reports else []
+    return [printable(word) for word in words]
 
 
 def read_all(run: Run, filters: Filter) -> Iterator[str]:

@@ -92,20 +92,13 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         "rank_env": rank_environment(spec, run_dir),
         "protocol": protocol,
         "directives": directives,
-        "srun": " ".join(
-            shell_word(w)
-            for w in srun_argv(spec, "bash", str(PurePosixPath(run_dir, LAUNCH_SCRIPT)))
-        ),
-        "node_check": " ".join(
-            shell_word(w)
-            for w in srun_argv(
-                spec,
-                "python",
-                "-m",
-                "clustertrain.nodecheck",
-                "probe",
-                Expand("$LOG_DIR/node-check"),
-            )
+        "srun": _step(spec, "bash", str(PurePosixPath(run_dir, LAUNCH_SCRIPT))),
+        "node_check": _step(spec, *_NODECHECK, "probe", Expand("$LOG_DIR/node-check"))
+        if spec.node_check
+        else "",
+        # Every node that can still run a step answers; a lost one cannot.
+        "roll_call": _step(
+            spec, *_NODECHECK, "present", Expand("$LOG_DIR/roll-call"), kill_on_bad_exit=False
         )
         if spec.node_check
         else "",
@@ -118,6 +111,16 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         launch_argv=launch_argv,
         batch_script=render_template("sbatch.sh.j2", **context),
         launch_script=render_template("launch.sh.j2", **context),
+    )
+
+
+_NODECHECK = ("python", "-m", "clustertrain.nodecheck")
+
+
+def _step(spec: JobSpec, *command: str, kill_on_bad_exit: bool = True) -> str:
+    """An srun line of the batch script, each word quoted unless marked for expansion."""
+    return " ".join(
+        shell_word(w) for w in srun_argv(spec, *command, kill_on_bad_exit=kill_on_bad_exit)
     )
 
 
@@ -166,13 +169,15 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         values["gres" if spec.gpus_as_gres else "gpus-per-node"] = (
             f"gpu:{gpus}" if spec.gpus_as_gres else str(gpus)
         )
-    flags = [
-        f"--{key}={sbatch.quote(value)}"
-        for key, value in sorted(values.items())
-        if value is not None
-    ]
-    if spec.exclusive:
-        flags.append("--exclusive")
+    # Explicit either way: a site's JobRequeue default would otherwise decide whether Slurm
+    # requeues the job when it declares one of its nodes down (NODE_FAIL).
+    switches = ["requeue" if spec.requeue_on_node_failure else "no-requeue"]
+    switches += ["exclusive"] if spec.exclusive else []
+    flags = sorted(
+        [f"--{key}={sbatch.quote(value)}" for key, value in values.items() if value is not None]
+        + [f"--{switch}" for switch in switches],
+        key=lambda flag: flag.split("=")[0],
+    )
     for option in spec.sbatch_options:
         key, sep, value = option.partition("=")
         flags.append(f"{key}={sbatch.quote(value)}" if sep else key)
@@ -203,15 +208,15 @@ def rank_environment(
     return tuple(pairs)
 
 
-def srun_argv(spec: JobSpec, *command: str) -> tuple[str, ...]:
-    """``command`` once per node; ``--kill-on-bad-exit`` ends the job when any node fails.
+def srun_argv(spec: JobSpec, *command: str, kill_on_bad_exit: bool = True) -> tuple[str, ...]:
+    """``command`` once per node; ``--kill-on-bad-exit`` ends the step when any node fails.
 
     ``--cpus-per-task`` again: srun of Slurm 22.05-23.02 does not inherit it from sbatch, and
     where CPUs are bound the step would get one CPU for every rank of the node.
     """
     return (
         "srun",
-        "--kill-on-bad-exit=1",
+        f"--kill-on-bad-exit={int(kill_on_bad_exit)}",
         f"--nodes={spec.nodes}",
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",

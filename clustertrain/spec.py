@@ -84,6 +84,8 @@ class JobSpec:
     signal_lead_s: int = 120
     max_restarts: int = 0
     max_requeues: int = 3
+    # A node lost mid-job: requeue (without it, from the last checkpoint) instead of ending.
+    requeue_on_node_failure: bool = False
     node_check: bool = True
     rdzv_timeout_s: int = 120
     # The interface(s) gloo and NCCL use; None: each node's route to the head node decides.
@@ -431,6 +433,7 @@ _VALIDATORS: dict[str, Any] = {
     "signal_lead_s": _int(10, 65535),
     "max_restarts": _int(0, 100),
     "max_requeues": _int(0, 100),
+    "requeue_on_node_failure": _bool,
     "node_check": _bool,
     "rdzv_timeout_s": _int(10, 3600),
     "socket_ifname": _pattern(_IFNAMES, "must be interface names like eth0 or ib0,ib1"),

@@ -64,3 +64,22 @@ def fake_slurm(tmp_path: Path) -> tuple[dict[str, str], Path]:
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
     }, called
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_mnist(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """The out/ folder of the 2-node MNIST job that the preemption and node-failure tests
+    interrupt, run once without interruption (each such test compares with it)."""
+    import re
+
+    from tests.test_preemption import RUN_TIMEOUT_S, SLURM_ARGS
+
+    runs = tmp_path_factory.mktemp("uninterrupted") / "runs"
+    env = {"CLUSTERTRAIN_RUNS_DIR": str(runs), "CLUSTERTRAIN_DATA_DIR": str(data_dir)}
+    job = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--", *SLURM_ARGS]
+    done = run_cli("submit", *job, env=env)
+    assert done.returncode == 0, done.stderr
+    job_id = re.search(r"submitted job (\d+)", done.stdout)[1]  # type: ignore[index]
+    followed = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
+    assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
+    return Path(re.search(r"run folder: (.+)", done.stdout)[1]) / "out"  # type: ignore[index]

@@ -231,3 +231,13 @@ def test_the_follower_keeps_no_history_and_caps_a_line_without_end(tmp_path: Pat
     log.unlink()
     log.symlink_to(secret)
     assert _cycle(tail, now) == [] and list(tail.finish()) == []
+
+
+def test_lost_nodes_are_read_back_from_the_batch_log(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "8")
+    assert logs.lost_nodes(run) == []
+    (run.logs_dir / "slurm-8.err").write_text(
+        "noise\nclustertrain: lost node(s): node2 (they did not answer after the step failed)\n"
+        "clustertrain: lost node(s): node3 node4\x1b[2J (they did not answer)\n"
+    )
+    assert logs.lost_nodes(run) == ["node3", "node4\\x1b[2J"]

@@ -377,16 +377,13 @@ def slurm_env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
 def test_slurm_job_signalled_twice_requeues_and_matches_an_uninterrupted_one(
     cluster: None,  # noqa: F811
     slurm_env: dict[str, str],
+    uninterrupted_mnist: Path,
 ) -> None:
     job = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--", *SLURM_ARGS]
     job_id, run_dir = submit(slurm_env, *job)
     _signal_mid_epoch(job_id, run_dir, attempt=0, epoch=1)
     _signal_mid_epoch(job_id, run_dir, attempt=1, epoch=2)
     followed = run_cli("logs", job_id, "--follow", env=slurm_env, timeout=RUN_TIMEOUT_S)
-    assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
-    # The uninterrupted twin runs afterwards: two jobs at once on 2 cores would crawl.
-    whole_id, whole_dir = submit(slurm_env, *job)
-    followed = run_cli("logs", whole_id, "--follow", env=slurm_env, timeout=RUN_TIMEOUT_S)
     assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
     status = run_cli("status", job_id, env=slurm_env).stdout
     assert "COMPLETED" in status and "restarts: 2" in status, status
@@ -396,4 +393,4 @@ def test_slurm_job_signalled_twice_requeues_and_matches_an_uninterrupted_one(
         "attempt-2",
     ]
     assert re.search(r"resuming at epoch 2 step \d+ from", _attempt_log(run_dir, 2))
-    _assert_same_run(run_dir / "out", whole_dir / "out")
+    _assert_same_run(run_dir / "out", uninterrupted_mnist)

@@ -22,13 +22,14 @@ from .config import (
     render_slurm_conf,
 )
 from .layout import Layout, default_state_dir
-from .lifecycle import current_layout, down, local_slurm_conf, status, up
+from .lifecycle import current_layout, down, fail_node, local_slurm_conf, status, up
 
 __all__ = [
     "Layout",
     "current_layout",
     "default_state_dir",
     "down",
+    "fail_node",
     "hosts_with_block",
     "hosts_without_block",
     "local_slurm_conf",

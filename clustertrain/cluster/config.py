@@ -55,7 +55,9 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
         ("JobRequeue", "1"),
         ("ReturnToService", "2"),
         ("SlurmctldTimeout", "30"),
-        ("SlurmdTimeout", "60"),
+        # A node that stops answering is "not responding" (and no longer scheduled) after one
+        # missed ping (every SlurmdTimeout/3 s), and DOWN with its jobs NODE_FAIL after 30 s.
+        ("SlurmdTimeout", "30"),
         ("InactiveLimit", "0"),
         # scontrol show job still knows a job for an hour after it ends.
         ("MinJobAge", "3600"),

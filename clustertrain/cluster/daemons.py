@@ -100,8 +100,10 @@ def record_layout(record: dict) -> Layout:
 
 
 def healthy(record: dict) -> bool:
+    """Every daemon runs and no node was failed on purpose (``cluster fail``)."""
     procs = record["processes"]
-    return len(procs) == record["layout"]["nodes"] + 2 and all(alive(p) for p in procs)
+    complete = len(procs) == record["layout"]["nodes"] + 2
+    return complete and not record.get("failed") and all(alive(p) for p in procs)
 
 
 def tail(log: str | Path, lines: int = 3) -> str:

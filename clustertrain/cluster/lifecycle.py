@@ -308,6 +308,30 @@ def down(state_dir: Path) -> None:
     record_path(state_dir).unlink()
 
 
+def fail_node(state_dir: Path, node: str, cut_link: bool = False) -> str:
+    """Make one node of the running cluster disappear, to test what a job does then; the next
+    ``up`` starts the cluster afresh. Namespace layout only: there a node is a host."""
+    record = daemons.read_record(Path(state_dir).absolute())
+    if record is None or current_layout(Path(state_dir).absolute()) is None:
+        raise UserError("no local cluster is up: run `clustertrain cluster up` first")
+    layout = daemons.record_layout(record)
+    if node not in layout.node_names:
+        raise UserError(
+            f"NODE: {node!r} is not a node of the local cluster; nodes: "
+            f"{', '.join(layout.node_names)}"
+        )
+    if layout.network != "namespaces":
+        raise UserError(
+            "fail needs the namespace layout, where a node is a host of its own: "
+            "run `clustertrain cluster down`, then `cluster up`"
+        )
+    record["failed"] = {**record.get("failed", {}), node: "link cut" if cut_link else "killed"}
+    daemons.write_record(layout.state_dir, record)
+    killed = netns.fail(_names(record), node, cut_link)
+    how = "its link is down" if cut_link else f"{len(killed)} process(es) killed"
+    return f"{node}: {how}; `clustertrain cluster up` restarts the cluster afresh"
+
+
 def status(state_dir: Path) -> str:
     """Human-readable lines: is the cluster up, each daemon by PID, each node's Slurm state."""
     state_dir = Path(state_dir).absolute()
@@ -317,10 +341,8 @@ def status(state_dir: Path) -> str:
     layout = daemons.record_layout(record)
     alive = {p["name"]: daemons.alive(p) for p in record["processes"]}
     nodes = _slurm(state_dir).node_states() if alive.get("slurmctld") else {}
-    head = (
-        f"local cluster: {'up' if daemons.healthy(record) else 'degraded (run down, then up)'}, "
-        f"{layout.describe()}; export SLURM_CONF={conf_path(state_dir)}"
-    )
+    health = "up" if daemons.healthy(record) else "degraded (`cluster up` restarts it)"
+    head = f"local cluster: {health}, {layout.describe()}; export SLURM_CONF={conf_path(state_dir)}"
     where = (
         f"its own network namespace and hostname on bridge {_names(record).bridge} "
         f"({layout.subnet}); controller {layout.controller_address}"
@@ -332,6 +354,8 @@ def status(state_dir: Path) -> str:
     for p in record["processes"]:
         node = p["name"].removeprefix("slurmd-") if p["name"].startswith("slurmd-") else ""
         state = "running" if alive[p["name"]] else "not running"
+        failed = record.get("failed", {}).get(node)
         extra = f"  {node} {addresses[node]} {nodes.get(node, 'unknown')}" if node else ""
+        extra += f" (failed on purpose: {failed})" if failed else ""
         lines.append(f"  {p['name']:<14} pid {p['pid']:<8} {state}{extra}")
     return "\n".join(lines)

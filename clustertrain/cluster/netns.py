@@ -13,7 +13,10 @@ after a crash; removing what is not there is not an error.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +110,20 @@ def leftovers(names: Names) -> list[str]:
         if f" {n}:" in links or f" {n}@" in links
     ]
     return found + [names.namespace(n) for n in names.nodes if names.namespace(n) in spaces]
+
+
+def fail(names: Names, node: str, cut_link: bool) -> list[int]:
+    """Make ``node`` disappear as a host does: every process in its namespace killed (slurmd,
+    the job steps, the ranks), or, with ``cut_link``, its link down and everything left
+    running unreachable. Returns the PIDs killed."""
+    if cut_link:
+        _must("link", "set", names.host_link(node), "down")
+        return []
+    pids = [int(p) for p in _ip("netns", "pids", names.namespace(node)).stdout.split()]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
 
 
 def enter(names: Names, node: str, hosts: Path, argv: list[str]) -> list[str]:

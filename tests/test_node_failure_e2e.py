@@ -1,0 +1,87 @@
+"""A node that disappears mid-job, on the local cluster's namespace layout (`clustertrain
+cluster fail`): the job ends naming the node, or, with `requeue_on_node_failure`, is requeued
+on other nodes and resumes from its last checkpoint, ending as an uninterrupted run would."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clustertrain import cluster as local
+from clustertrain.slurm import Slurm
+from tests.conftest import run_cli
+from tests.test_preemption import (
+    RUN_TIMEOUT_S,
+    SLURM_ARGS,
+    _assert_same_run,
+    _attempt_log,
+    _wait,
+    release_requeued,
+)
+from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+JOB = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--", *SLURM_ARGS]
+
+
+@pytest.fixture
+def layout(cluster: None) -> Iterator[local.Layout]:  # noqa: F811
+    """The shared cluster, started afresh after the test failed one of its nodes."""
+    found = local.current_layout(local.default_state_dir())
+    assert found is not None
+    if found.network != "namespaces":
+        pytest.skip("needs the namespace layout, where a node is a host of its own")
+    yield found
+    local.up(found)
+
+
+@pytest.fixture
+def env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
+    return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"), "CLUSTERTRAIN_DATA_DIR": str(data_dir)}
+
+
+def _second_node(job_id: str) -> str:
+    """The job's non-head node: the batch shell runs on the head and must survive."""
+    _wait(f"job {job_id} running", lambda: Slurm().state(job_id).state == "RUNNING")
+    from clustertrain.env import expand_hostlist
+
+    return expand_hostlist(Slurm().state(job_id).nodes)[1]
+
+
+def test_a_lost_node_ends_the_job_and_status_names_it(
+    layout: local.Layout, env: dict[str, str]
+) -> None:
+    job_id, run_dir = submit(env, *JOB)
+    node = _second_node(job_id)
+    _wait("training", lambda: "epoch 1/3 step 20/" in _attempt_log(run_dir, 0))
+    failed = run_cli("cluster", "fail", node)
+    assert failed.returncode == 0, failed.stderr
+    ended = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
+    assert ended.returncode != 0 and "FAILED" in ended.stderr, ended.stdout[-3000:]
+    assert f"lost node(s): {node}" in ended.stdout
+    status = run_cli("status", job_id, env=env).stdout
+    assert f"lost node(s): {node}\n" in status, status
+
+
+def test_with_requeue_on_node_failure_it_resumes_elsewhere_and_matches_an_uninterrupted_run(
+    layout: local.Layout, env: dict[str, str], uninterrupted_mnist: Path
+) -> None:
+    job_id, run_dir = submit(env, "--requeue-on-node-failure", *JOB)
+    node = _second_node(job_id)
+    # Lost after epoch 1's checkpoint, in the middle of epoch 2.
+    _wait("epoch 2", lambda: "epoch 2/3 step 20/" in _attempt_log(run_dir, 0), 240)
+    assert run_cli("cluster", "fail", node).returncode == 0
+    release_requeued(job_id, restarts=1)
+    followed = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
+    assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
+    assert f"requeueing without {node}" in followed.stdout
+    second = {p.stem for p in (run_dir / "logs" / "attempt-1").glob("node*.out")}
+    assert len(second) == 2 and node not in second, second
+    # From epoch 1's checkpoint: epoch 2 runs again from its start, and is recorded once.
+    assert re.search(r"resuming at epoch 2 from ", _attempt_log(run_dir, 1))
+    status = run_cli("status", job_id, env=env).stdout
+    assert "COMPLETED" in status and "restarts: 1" in status, status
+    _assert_same_run(run_dir / "out", uninterrupted_mnist)
