@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clustertrain import __version__
 from clustertrain.errors import UserError
+
+if TYPE_CHECKING:
+    from clustertrain.api import Job
+    from clustertrain.slurm import JobState
 
 _EPILOG_SUBMIT = """\b
 Examples:
@@ -276,21 +280,15 @@ def status(job: str, runs_dir: str | None) -> None:
         click.echo(f"  {line}")
 
 
-def _lost_nodes(job: Any, state: Any) -> list[str]:
-    """The nodes the job lost: as its batch script found them, or as Slurm says (NODE_FAIL)."""
-    from clustertrain.env import expand_hostlist
+def _lost_nodes(job: Job, state: JobState) -> list[str]:
+    """The nodes the job lost, as srun reported Slurm's verdict in the batch log."""
     from clustertrain.logs import lost_nodes
-    from clustertrain.slurm import Slurm
 
-    lines = []
-    if found := lost_nodes(job.run):
-        when = "" if state.finished else " (in an earlier attempt)"
-        lines.append(f"lost node(s): {' '.join(found)}{when}")
-    if state.state == "NODE_FAIL" and state.nodes:
-        down = Slurm().unavailable(expand_hostlist(state.nodes))
-        seen = ", ".join(f"{node} ({how})" for node, how in down.items()) or "none now"
-        lines.append(f"Slurm declared a node of the job down; unavailable now: {seen}")
-    return lines
+    found = lost_nodes(job.run)
+    if not found:
+        return []
+    when = "the job ended NODE_FAIL" if state.state == "NODE_FAIL" else "in an earlier attempt"
+    return [f"lost node(s): {' '.join(found)} (Slurm declared them down; {when})"]
 
 
 @cli.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")

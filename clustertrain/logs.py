@@ -27,6 +27,8 @@ _ROOT_CAUSE = re.compile(
     re.DOTALL,
 )
 FAILURE_TAIL_LINES = 6
+# srun's words when Slurm declares a node of the step down (NODE_FAIL).
+_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.MULTILINE)
 # What a rank says when it fails only because a peer died first (gloo, NCCL, c10d store).
 _PEER_FAILED = re.compile(
     r"Connection closed by peer|remote worker crash|Connection reset|"
@@ -114,15 +116,14 @@ def first_failure(run: Run) -> Failure | None:
 
 
 def lost_nodes(run: Run) -> list[str]:
-    """The nodes the batch script last reported lost (``protocol.LOST_NODES``), if any."""
+    """The nodes Slurm declared failed under the job's steps, as srun reported them in the
+    batch shell's log, every attempt's, in order."""
     path = run.logs_dir / f"slurm-{run.job_id}.err"
     try:
-        text = read_regular(path, 1 << 16, tail=True).decode("utf-8", "replace")
+        text = read_regular(path, 1 << 20, tail=True).decode("utf-8", "replace")
     except RunFolderError:
         return []
-    reports = [line for line in text.splitlines() if line.startswith(protocol.LOST_NODES)]
-    words = reports[-1][len(protocol.LOST_NODES) :].split("(")[0].split() if reports else []
-    return [printable(word) for word in words]
+    return list(dict.fromkeys(printable(node) for node in _NODE_FAILURE.findall(text)))
 
 
 def read_all(run: Run, filters: Filter) -> Iterator[str]:

@@ -4,8 +4,7 @@ The batch script runs ``probe`` once per node (through srun), then ``verdict`` o
 node. A node that resolves the head node to a loopback address or to another address than the
 rest, a head node whose name is not one of its own addresses, or a rendezvous port already
 taken would otherwise show up as a rendezvous that hangs until its timeout; here it is one line
-naming the node and the reason. After a failed step the batch script takes a roll call
-(``present`` on every node, then ``absent``) to tell a lost node from a failed rank.
+naming the node and the reason.
 """
 
 from __future__ import annotations
@@ -104,20 +103,8 @@ def summary(probes: list[dict[str, Any]], seconds: float) -> str:
     )
 
 
-def absent(folder: Path, nodes: list[str]) -> list[str]:
-    """The nodes of the job that did not answer the roll call (``present``) in ``folder``."""
-    return [node for node in nodes if not (folder / node).is_file()]
-
-
 def main(argv: list[str]) -> int:
     command, folder = argv[0], Path(argv[1])
-    if command == "present":  # the roll call after a failed step: each node that runs says so
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / (os.environ.get("SLURMD_NODENAME") or socket.gethostname())).touch()
-        return 0
-    if command == "absent":
-        print(" ".join(absent(folder, argv[2:])))
-        return 0
     if command == "probe":
         found = probe(
             os.environ["HEAD_NODE"],

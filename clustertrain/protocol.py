@@ -21,10 +21,6 @@ STOP_SIGNAL = "USR2"
 # script then requeues the job, whatever the ranks' exit status.
 REQUEUE_FILE = "requeue-requested"
 
-# The batch script's line (on its stderr) naming the nodes that did not answer the roll call
-# after a failed step; `status` and `logs --errors` read it back.
-LOST_NODES = "clustertrain: lost node(s):"
-
 # Environment variables the batch script exports for the ranks.
 ENV_RUN_DIR = "CLUSTERTRAIN_RUN_DIR"
 ENV_OUT_DIR = "CLUSTERTRAIN_OUT_DIR"

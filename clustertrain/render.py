@@ -96,12 +96,6 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         "node_check": _step(spec, *_NODECHECK, "probe", Expand("$LOG_DIR/node-check"))
         if spec.node_check
         else "",
-        # Every node that can still run a step answers; a lost one cannot.
-        "roll_call": _step(
-            spec, *_NODECHECK, "present", Expand("$LOG_DIR/roll-call"), kill_on_bad_exit=False
-        )
-        if spec.node_check
-        else "",
         "launch_lines": _argv_lines(launch_argv),
     }
     return RenderedJob(
@@ -117,11 +111,9 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
 _NODECHECK = ("python", "-m", "clustertrain.nodecheck")
 
 
-def _step(spec: JobSpec, *command: str, kill_on_bad_exit: bool = True) -> str:
+def _step(spec: JobSpec, *command: str) -> str:
     """An srun line of the batch script, each word quoted unless marked for expansion."""
-    return " ".join(
-        shell_word(w) for w in srun_argv(spec, *command, kill_on_bad_exit=kill_on_bad_exit)
-    )
+    return " ".join(shell_word(w) for w in srun_argv(spec, *command))
 
 
 def _argv_lines(argv: tuple[str, ...]) -> list[str]:
@@ -170,7 +162,8 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
             f"gpu:{gpus}" if spec.gpus_as_gres else str(gpus)
         )
     # Explicit either way: a site's JobRequeue default would otherwise decide whether Slurm
-    # requeues the job when it declares one of its nodes down (NODE_FAIL).
+    # requeues the job when it declares one of its nodes down (NODE_FAIL). srun waits for that
+    # verdict: a step with a lost node ends only when Slurm declares the node down.
     switches = ["requeue" if spec.requeue_on_node_failure else "no-requeue"]
     switches += ["exclusive"] if spec.exclusive else []
     flags = sorted(
@@ -208,7 +201,7 @@ def rank_environment(
     return tuple(pairs)
 
 
-def srun_argv(spec: JobSpec, *command: str, kill_on_bad_exit: bool = True) -> tuple[str, ...]:
+def srun_argv(spec: JobSpec, *command: str) -> tuple[str, ...]:
     """``command`` once per node; ``--kill-on-bad-exit`` ends the step when any node fails.
 
     ``--cpus-per-task`` again: srun of Slurm 22.05-23.02 does not inherit it from sbatch, and
@@ -216,7 +209,7 @@ def srun_argv(spec: JobSpec, *command: str, kill_on_bad_exit: bool = True) -> tu
     """
     return (
         "srun",
-        f"--kill-on-bad-exit={int(kill_on_bad_exit)}",
+        "--kill-on-bad-exit=1",
         f"--nodes={spec.nodes}",
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",

@@ -218,16 +218,6 @@ class Slurm:
             return {}
         return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if " " in line)
 
-    def unavailable(self, nodes: Sequence[str]) -> dict[str, str]:
-        """Those of ``nodes`` Slurm cannot reach or use now, with their state (``down*``...)."""
-        states = self.node_states()
-        return {
-            node: states[node]
-            for node in nodes
-            if node in states
-            and (states[node].endswith("*") or states[node].startswith(("down", "fail", "drain")))
-        }
-
     def job_ids(self, states: str | None = None) -> list[str]:
         """The ids in the queue, of the given states only (e.g. ``R,CG``) if given."""
         done = self._call("squeue", "-h", "-o", "%A", *(["-t", states] if states else []))

@@ -237,7 +237,9 @@ def test_lost_nodes_are_read_back_from_the_batch_log(tmp_path: Path) -> None:
     run = _make_run(tmp_path, "8")
     assert logs.lost_nodes(run) == []
     (run.logs_dir / "slurm-8.err").write_text(
-        "noise\nclustertrain: lost node(s): node2 (they did not answer after the step failed)\n"
-        "clustertrain: lost node(s): node3 node4\x1b[2J (they did not answer)\n"
+        "srun: error: node1: task 0: Exited with exit code 1\n"
+        "srun: error: Node failure on node2\n"
+        "slurmstepd-node1: error: *** JOB 8 ON node1 CANCELLED DUE TO NODE FAILURE ***\n"
+        "srun: error: Node failure on node2\nsrun: error: Node failure on node4\x1b[2J\n"
     )
-    assert logs.lost_nodes(run) == ["node3", "node4\\x1b[2J"]
+    assert logs.lost_nodes(run) == ["node2", "node4\\x1b[2J"]

@@ -51,19 +51,23 @@ def _second_node(job_id: str) -> str:
     return expand_hostlist(Slurm().state(job_id).nodes)[1]
 
 
+@pytest.mark.parametrize("how", [[], ["--cut-link"]], ids=["killed", "link-cut"])
 def test_a_lost_node_ends_the_job_and_status_names_it(
-    layout: local.Layout, env: dict[str, str]
+    layout: local.Layout, env: dict[str, str], how: list[str]
 ) -> None:
     job_id, run_dir = submit(env, *JOB)
     node = _second_node(job_id)
     _wait("training", lambda: "epoch 1/3 step 20/" in _attempt_log(run_dir, 0))
-    failed = run_cli("cluster", "fail", node)
+    failed = run_cli("cluster", "fail", node, *how)
     assert failed.returncode == 0, failed.stderr
+    # srun waits for Slurm's verdict on the node (SlurmdTimeout), then the job ends NODE_FAIL,
+    # not requeued: it was submitted --no-requeue.
     ended = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
-    assert ended.returncode != 0 and "FAILED" in ended.stderr, ended.stdout[-3000:]
-    assert f"lost node(s): {node}" in ended.stdout
+    assert "ended NODE_FAIL" in ended.stderr, ended.stdout[-3000:] + ended.stderr
+    assert f"Node failure on {node}" in ended.stdout
     status = run_cli("status", job_id, env=env).stdout
-    assert f"lost node(s): {node}\n" in status, status
+    assert f"lost node(s): {node} (Slurm declared them down; the job ended NODE_FAIL)" in status
+    assert "restarts: 0" in status, status
 
 
 def test_with_requeue_on_node_failure_it_resumes_elsewhere_and_matches_an_uninterrupted_run(
@@ -77,11 +81,12 @@ def test_with_requeue_on_node_failure_it_resumes_elsewhere_and_matches_an_uninte
     release_requeued(job_id, restarts=1)
     followed = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
     assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
-    assert f"requeueing without {node}" in followed.stdout
+    assert f"Node failure on {node}" in followed.stdout
     second = {p.stem for p in (run_dir / "logs" / "attempt-1").glob("node*.out")}
     assert len(second) == 2 and node not in second, second
     # From epoch 1's checkpoint: epoch 2 runs again from its start, and is recorded once.
     assert re.search(r"resuming at epoch 2 from ", _attempt_log(run_dir, 1))
     status = run_cli("status", job_id, env=env).stdout
     assert "COMPLETED" in status and "restarts: 1" in status, status
+    assert f"lost node(s): {node} (Slurm declared them down; in an earlier attempt)" in status
     _assert_same_run(run_dir / "out", uninterrupted_mnist)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 from clustertrain.netif import interface_to
 from clustertrain.nodecheck import probe, summary, verdict
@@ -67,12 +66,3 @@ def test_the_interface_to_the_head_is_the_one_holding_the_route() -> None:
         "node check passed on 1 node(s) in 1.2 s: head node node1 is 10.0.0.1; "
         "interface to it: node1=eth0"
     )
-
-
-def test_the_roll_call_names_the_nodes_that_did_not_answer(tmp_path: Path) -> None:
-    from clustertrain.nodecheck import absent
-
-    (tmp_path / "node1").touch()
-    (tmp_path / "node3").touch()
-    assert absent(tmp_path, ["node1", "node2", "node3", "node4"]) == ["node2", "node4"]
-    assert absent(tmp_path / "missing", ["node1"]) == ["node1"]

@@ -344,12 +344,12 @@ def status(state_dir: Path) -> str:
     health = "up" if daemons.healthy(record) else "degraded (`cluster up` restarts it)"
     head = f"local cluster: {health}, {layout.describe()}; export SLURM_CONF={conf_path(state_dir)}"
     where = (
-        f"its own network namespace and hostname on bridge {_names(record).bridge} "
-        f"({layout.subnet}); controller {layout.controller_address}"
+        f"a host of its own (network, UTS and mount namespaces) on bridge "
+        f"{_names(record).bridge} ({layout.subnet}); controller {layout.controller_address}"
         if layout.network == "namespaces"
-        else "127.0.0.1 with its own port"
+        else "on 127.0.0.1 with its own port"
     )
-    lines = [head, f"  layout: {layout.network}: every node on {where}"]
+    lines = [head, f"  layout: {layout.network}: every node {where}"]
     addresses = layout.node_addresses
     for p in record["processes"]:
         node = p["name"].removeprefix("slurmd-") if p["name"].startswith("slurmd-") else ""
