@@ -267,6 +267,12 @@ def status(job: str, runs_dir: str | None) -> None:
     if state.reason:
         click.echo(f"  reason: {state.reason}")
     click.echo(f"  run folder: {run.path}")
+    if not state.finished:
+        from clustertrain import events, timeline
+
+        moving = timeline.progress(timeline.attempts(events.read(run.events_path)))
+        if moving is not None:
+            click.echo(f"  {moving.line()}")
     final = run.final_metrics()
     if final is not None and isinstance(final.get("test_acc"), int | float):
         click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
@@ -289,6 +295,27 @@ def _lost_nodes(job: Job, state: JobState) -> list[str]:
         return []
     when = "the job ended NODE_FAIL" if state.state == "NODE_FAIL" else "in an earlier attempt"
     return [f"lost node(s): {' '.join(found)} (Slurm declared them down; {when})"]
+
+
+@cli.command(epilog="\b\nExamples:\n  clustertrain plot last\n  clustertrain plot 42 -o job42.png")
+@click.argument("job", default="last")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="PNG file to write.")
+@_runs_dir_option
+def plot(job: str, output: str | None, runs_dir: str | None) -> None:
+    """Draw JOB's training curves and timeline (attempts, waits, goodput) as one PNG."""
+    from pathlib import Path
+
+    from clustertrain.api import Job
+
+    try:
+        from clustertrain import plot as drawing
+    except ImportError:
+        raise UserError("plot needs matplotlib: pip install 'clustertrain[plot]'") from None
+    run = Job.attach(job, runs_dir).run
+    out = Path(output) if output else run.path / "plot.png"
+    if out.suffix.lower() != ".png":
+        raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
+    click.echo(f"wrote {drawing.draw(run, out)}")
 
 
 @cli.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")

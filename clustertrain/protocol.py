@@ -26,6 +26,9 @@ ENV_RUN_DIR = "CLUSTERTRAIN_RUN_DIR"
 ENV_OUT_DIR = "CLUSTERTRAIN_OUT_DIR"
 ENV_REQUEUE_FILE = "CLUSTERTRAIN_REQUEUE_FILE"
 ENV_RDZV_TIMEOUT_S = "CLUSTERTRAIN_RDZV_TIMEOUT_S"
+# The run folder's event log (clustertrain.events), appended to by the batch script and rank 0.
+EVENTS_FILE = "events.jsonl"
+ENV_EVENTS_FILE = "CLUSTERTRAIN_EVENTS_FILE"
 
 # The launch script sets these on each node to the interface of its route to the head node
 # (``python -m clustertrain.netif``), unless the job sets them (socket_ifname).

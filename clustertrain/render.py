@@ -186,6 +186,7 @@ def rank_environment(
         ("PYTHONUNBUFFERED", "1"),
         (protocol.ENV_RUN_DIR, run_dir),
         (protocol.ENV_OUT_DIR, str(PurePosixPath(run_dir, "out"))),
+        (protocol.ENV_EVENTS_FILE, str(PurePosixPath(run_dir, protocol.EVENTS_FILE))),
     ]
     if requeue:
         pairs.append(

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from clustertrain import events, protocol
 from clustertrain.errors import UserError
 from clustertrain.local import LOCAL_ID
 from clustertrain.render import RenderedJob
@@ -103,6 +104,10 @@ class Run:
     def out_dir(self) -> Path:
         return self.path / "out"
 
+    @property
+    def events_path(self) -> Path:
+        return self.path / protocol.EVENTS_FILE
+
     def final_metrics(self) -> dict[str, Any] | None:
         """The entrypoint's closing ``"event": "done"`` record, if the job wrote one."""
         try:
@@ -163,6 +168,7 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
     tmp = run.path / f".{RECORD}.tmp"
     tmp.write_text(json.dumps(fields, indent=1) + "\n", encoding="utf-8")
     tmp.replace(run.path / RECORD)
+    events.append(run.events_path, "queued")
     return run
 
 

@@ -394,3 +394,26 @@ def test_slurm_job_signalled_twice_requeues_and_matches_an_uninterrupted_one(
     ]
     assert re.search(r"resuming at epoch 2 step \d+ from", _attempt_log(run_dir, 2))
     _assert_same_run(run_dir / "out", uninterrupted_mnist)
+    _assert_the_timeline_of_a_job_preempted_twice(run_dir)
+
+
+def _assert_the_timeline_of_a_job_preempted_twice(run_dir: Path) -> None:
+    """What `plot` and `status` draw from: the events the batch script and rank 0 wrote."""
+    from clustertrain import events, timeline
+
+    found = events.read(run_dir / "events.jsonl")
+    assert found[0].name == "queued"
+    attempts = timeline.attempts(found)
+    assert [a.how for a in attempts] == ["requeued", "requeued", "ended 0"]
+    for attempt in attempts:
+        names = [e.name for e in attempt.events]
+        firsts = [names.index(n) for n in ("started", "node_check", "rendezvous", "data_ready")]
+        assert firsts == sorted(firsts) and firsts[0] == 0, names
+        assert names.index("data_ready") < names.index("step") < names.index("checkpoint")
+        if attempt.how == "requeued":  # checkpointed on the signal, then requeued
+            assert names[-3:] == ["checkpoint", "stop", "requeued"], names
+    epochs = [e.values["epoch"] for e in found if e.name == "epoch"]
+    assert epochs == [1, 2, 3]
+    assert [w[0] for w in timeline.waits(found, attempts)] == [0, 1, 2]
+    good = timeline.goodput(attempts)
+    assert good is not None and 0 < good < 1

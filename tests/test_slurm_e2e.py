@@ -165,12 +165,15 @@ def test_two_jobs_at_once_on_the_same_nodes_both_complete(
 
 def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
     job_id, _ = submit_mnist(
-        env, "jobs/mnist.yaml", 2, 1, "--strategy", "ddp", "--recipe", "fast", "--epochs", "50"
-    )
-    deadline = time.monotonic() + 60
-    while "RUNNING" not in run_cli("status", job_id, env=env).stdout:
-        assert time.monotonic() < deadline, "job never started"
+        env, "jobs/mnist.yaml", 2, 1, "--strategy", "ddp", "--recipe", "fast", "--epochs", "50",
+        "--limit-train", "4000", "--log-every", "10",
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    # While it trains, status shows how far it got (from the run folder's events).
+    while "progress: epoch" not in (status := run_cli("status", job_id, env=env).stdout):
+        assert time.monotonic() < deadline, f"job never showed progress: {status}"
         time.sleep(1)
+    assert "RUNNING" in status and re.search(r"progress: epoch \d+/50, step \d+", status), status
     cancelled = run_cli("cancel", job_id, env=env)
     assert cancelled.returncode == 0, cancelled.stderr
     followed = follow(env, job_id)

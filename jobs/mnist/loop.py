@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from clustertrain import checkpoint, runtime
+from clustertrain import checkpoint, events, runtime
 from clustertrain.errors import UserError
 
 from . import data, model, recipes
@@ -50,6 +50,7 @@ class Trainer:
         self.train_set = Images(*data.load_split(raw, train=True, limit=config.limit_train))
         self.test_set = Images(*data.load_split(raw, train=False))
         phases["data_ready"] = time.time()
+        events.record("data_ready", seconds=phases["data_ready"] - phases["process_start"])
         strategy.log(
             f"{config.strategy}: {strategy.world_size} process(es) on {strategy.device}, "
             f"{len(self.train_set)} training images, recipe {config.recipe}, global batch "
@@ -188,6 +189,7 @@ class Trainer:
             write_s = time.time()
             saved = self.store.save(epoch, {**mid, **self._training_state(ranks)}, step=at.step)
             write_s = time.time() - write_s
+            events.record("checkpoint", epoch=epoch, step=at.step, seconds=write_s)
         where = f"at epoch {epoch} step {at.step}/{len(self.train_loader)}"
         return self._stopped(where, f"{saved} written in {write_s:.2f} s")
 
@@ -218,8 +220,14 @@ class Trainer:
         saved = None
         if self.s.is_main:
             end = {"epoch": epoch, "step": None}
+            written = time.time()
             saved = self.store.save(epoch, {**end, **self._training_state(ranks)})
+            events.record("checkpoint", epoch=epoch, seconds=time.time() - written)
             _append_json(self.metrics_path, record)
+            events.record(
+                "epoch", epoch=epoch, epochs=self.config.epochs, step=epoch * at.step,
+                steps=at.step, loss=train_loss, test_loss=test_loss, test_acc=test_acc,
+            )  # fmt: skip
         self.s.log(
             f"epoch {epoch}/{self.config.epochs}: train_loss {train_loss:.4f} test_loss "
             f"{test_loss:.4f} test_acc {test_acc:.2%} {record['images_per_s']:.0f} img/s "
@@ -257,6 +265,7 @@ class Trainer:
             why = self.s.stop.received or "a signal to another rank"
             then = f"requeue requested ({requeue})" if requeue else "start it again to resume"
             self.s.log(f"stopping on {why} {where}: checkpoint {saved}; {then}")
+            events.record("stop", why=why)
         self.s.barrier()
         return {
             "event": "stopped",
@@ -300,6 +309,10 @@ class Trainer:
                 bar.update()
             elif s.is_main and (step % config.log_every == 0 or step == total):
                 rate = int(at.loss_sum[1]) * s.world_size / (at.train_s + time.time() - start)
+                events.record(
+                    "step", epoch=epoch, step=(epoch - 1) * total + step, steps=total,
+                    epochs=config.epochs, loss=loss.item(),
+                )  # fmt: skip
                 print(
                     f"epoch {epoch}/{config.epochs} step {step}/{total} loss {loss.item():.4f} "
                     f"{rate:.0f} img/s",

@@ -1,0 +1,103 @@
+"""What a job did and when: one JSON line per event in the run folder's ``events.jsonl``.
+
+Three writers append to the same file: ``submit`` (``queued``), the batch script (``started``,
+``node_check``, ``signal``, ``requeued``, ``ended``, in bash, see ``templates/sbatch.sh.j2``)
+and rank 0 through :func:`record` (``rendezvous``, ``data_ready``, ``step``, ``epoch``,
+``checkpoint``, ``stop``). Each line is one small ``write`` on a file opened for appending,
+which a local filesystem keeps whole. The names are :data:`NAMES`; ``plot`` and ``status``
+read them back with :func:`read`, which trusts nothing in the file: a run folder is anyone's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clustertrain import protocol
+
+# In the order a job goes through them.
+NAMES = (
+    "queued",
+    "started",
+    "node_check",
+    "rendezvous",
+    "data_ready",
+    "step",
+    "epoch",
+    "checkpoint",
+    "signal",
+    "stop",
+    "requeued",
+    "ended",
+)
+MAX_BYTES = 64 << 20
+_NUMBERS = ("step", "steps", "epoch", "epochs", "loss", "test_loss", "test_acc", "seconds")
+_TEXTS = ("nodes", "why", "status")
+
+
+@dataclass(frozen=True)
+class Event:
+    time: float
+    name: str
+    attempt: int
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def record(name: str, **values: Any) -> None:
+    """Append an event for this job (rank 0 only; outside a clustertrain job, nothing)."""
+    path = os.environ.get(protocol.ENV_EVENTS_FILE)
+    if path and os.environ.get("RANK", "0") == "0":
+        append(Path(path), name, _attempt(), **values)
+
+
+def append(path: Path, name: str, attempt: int = 0, **values: Any) -> None:
+    line = {"time": time.time(), "event": name, "attempt": attempt, **values}
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def _attempt() -> int:
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
+
+
+def read(path: Path) -> list[Event]:
+    """The well-formed events of ``path`` in file order; anything else is left out."""
+    from clustertrain.runs import RunFolderError, read_regular
+
+    try:
+        data = read_regular(path, MAX_BYTES, tail=True).decode("utf-8", "replace")
+    except RunFolderError:
+        return []
+    found = []
+    for line in data.splitlines():
+        event = _parse(line)
+        if event is not None:
+            found.append(event)
+    return found
+
+
+def _parse(line: str) -> Event | None:
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("event") not in NAMES:
+        return None
+    when, attempt = raw.get("time"), raw.get("attempt", 0)
+    if not _number(when) or not isinstance(attempt, int) or not 0 <= attempt < 10_000:
+        return None
+    values = {k: raw[k] for k in _NUMBERS if _number(raw.get(k))}
+    values |= {k: raw[k][:200] for k in _TEXTS if isinstance(raw.get(k), str)}
+    return Event(float(raw["time"]), raw["event"], attempt, values)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,117 @@
+"""``clustertrain plot JOB``: one PNG of what the job did, from its events.
+
+Top: training loss and test accuracy against the global step and against wall time, every
+attempt on the same axes in its own colour, restarts marked. Bottom: a timeline with one lane
+per attempt (start-up, training, training lost after the last checkpoint; checkpoints and
+signals as marks) and the waits in the queue before and between attempts; the title gives the
+goodput (:mod:`clustertrain.timeline`). matplotlib is imported here only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+from clustertrain import events, timeline
+from clustertrain.runs import Run, printable
+
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+PHASE_COLOURS = {
+    "queued": "#d9d9d9",
+    "start-up": "#fdd49e",
+    "training": "#74c476",
+    "lost": "#fb6a4a",
+}
+
+
+def draw(run: Run, out: Path) -> Path:
+    """Write the picture of ``run`` to ``out`` (PNG) and return its path."""
+    matplotlib.use("Agg")  # no screen needed
+    import matplotlib.pyplot as plt
+
+    found = events.read(run.events_path)
+    runs = timeline.attempts(found)
+    origin = min((e.time for e in found), default=0.0)
+    fig = plt.figure(figsize=(13, 8.5), constrained_layout=True)
+    grid = fig.add_gridspec(3, 2, height_ratios=(1, 1, 0.8))
+    axes = {
+        ("loss", "step"): fig.add_subplot(grid[0, 0]),
+        ("loss", "time"): fig.add_subplot(grid[0, 1]),
+        ("test_acc", "step"): fig.add_subplot(grid[1, 0]),
+        ("test_acc", "time"): fig.add_subplot(grid[1, 1]),
+    }
+    for attempt in runs:
+        _curves(axes, attempt, origin)
+    for (metric, x), ax in axes.items():
+        ax.set_xlabel("global step" if x == "step" else "wall time since queued (s)")
+        ax.set_ylabel("train loss" if metric == "loss" else "test accuracy (%)")
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=8, loc="best")
+    _lanes(fig.add_subplot(grid[2, :]), found, runs, origin)
+    good = timeline.goodput(runs)
+    share = f"goodput {100 * good:.0f} %" if good is not None else "no attempt recorded"
+    fig.suptitle(
+        f"job {run.job_id} ({printable(run.name)}): {len(runs)} attempt(s), {share} "
+        "(useful training time / allocated time)",
+        fontsize=13,
+    )
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _curves(axes: dict[tuple[str, str], Any], attempt: timeline.Attempt, origin: float) -> None:
+    colour = COLOURS[attempt.number % len(COLOURS)]
+    label = f"attempt {attempt.number}"
+    for metric, kinds in (("loss", ("step",)), ("test_acc", ("epoch",))):
+        points = [e for e in attempt.events if e.name in kinds and metric in e.values]
+        scale = 100 if metric == "test_acc" else 1
+        ys = [scale * e.values[metric] for e in points]
+        steps = [e.values.get("step", 0) for e in points]
+        times = [e.time - origin for e in points]
+        marker = "o" if metric == "test_acc" else "." if len(points) < 100 else None
+        axes[(metric, "step")].plot(steps, ys, color=colour, label=label, marker=marker)
+        axes[(metric, "time")].plot(times, ys, color=colour, label=label, marker=marker)
+        if attempt.number > 0:
+            # A restart: where the attempt began, in time and in steps.
+            axes[(metric, "time")].axvline(attempt.start - origin, color=colour, ls="--", lw=1)
+            if steps:
+                axes[(metric, "step")].axvline(steps[0], color=colour, ls="--", lw=1)
+
+
+def _lanes(ax: Any, found: list[events.Event], runs: list[timeline.Attempt], origin: float) -> None:
+    """One lane per attempt, the first at the top; the queue waits on the attempt they precede."""
+    seen: set[str] = set()
+
+    def bar(lane: int, phase: timeline.Phase) -> None:
+        label = phase.name if phase.name not in seen else None
+        seen.add(phase.name)
+        ax.barh(
+            lane, phase.seconds, left=phase.start - origin, height=0.6,
+            color=PHASE_COLOURS[phase.name], edgecolor="#555555", lw=0.5, label=label,
+        )  # fmt: skip
+
+    for number, wait in timeline.waits(found, runs):
+        bar(number, wait)
+    for attempt in runs:
+        for phase in attempt.phases():
+            bar(attempt.number, phase)
+        for event in attempt.events:
+            if event.name in ("checkpoint", "signal", "requeued", "node_check"):
+                style = {"checkpoint": "kv", "signal": "r*", "requeued": "b^", "node_check": "k|"}
+                label = event.name if event.name not in seen else None
+                seen.add(event.name)
+                ax.plot(event.time - origin, attempt.number, style[event.name], ms=8, label=label)
+        ax.text(attempt.end - origin, attempt.number, f"  {attempt.how}", va="center", fontsize=9)
+    ax.set_yticks([a.number for a in runs], [f"attempt {a.number}" for a in runs])
+    if runs:  # room on the right for the last attempt's "ended ..."
+        ax.set_xlim(0, 1.1 * (max(a.end for a in runs) - origin))
+    ax.invert_yaxis()
+    ax.set_xlabel("wall time since queued (s)")
+    ax.set_title("timeline", fontsize=11)
+    ax.grid(axis="x", alpha=0.3)
+    if seen:
+        ax.legend(fontsize=8, ncol=8, loc="upper center", bbox_to_anchor=(0.5, -0.28))

@@ -1,0 +1,152 @@
+"""Where a job's time went, from its events (:mod:`clustertrain.events`): pure functions.
+
+An attempt runs from ``started`` to ``ended`` or ``requeued`` (or its last event, when Slurm
+killed the batch shell first). Inside it: start-up (to the node check, the rendezvous, the data
+ready), then training. Between attempts, and before the first, the job waits in the queue.
+Goodput is the useful training time over the allocated time: training that a later attempt had
+to redo (after the last checkpoint of an attempt that did not end cleanly) does not count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustertrain.events import Event
+
+# Milestones of an attempt, in order; each phase runs from one to the next that happened.
+MILESTONES = ("started", "node_check", "rendezvous", "data_ready")
+PROGRESS = ("step", "epoch", "checkpoint", "stop")
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # "queued", "start-up", "training", "lost"
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    events: tuple[Event, ...]
+
+    @property
+    def start(self) -> float:
+        return self.events[0].time
+
+    @property
+    def end(self) -> float:
+        return self.events[-1].time
+
+    @property
+    def how(self) -> str:
+        """How it ended: ``requeued``, ``ended`` (with the status), or ``killed`` (no word)."""
+        last = self.events[-1]
+        if last.name == "ended":
+            return f"ended {last.values.get('status', '?')}"
+        return "requeued" if last.name == "requeued" else "killed"
+
+    @property
+    def clean(self) -> bool:
+        return self.how in ("requeued", "ended 0")
+
+    def first(self, name: str) -> Event | None:
+        return next((e for e in self.events if e.name == name), None)
+
+    def phases(self) -> list[Phase]:
+        """Start-up, training, and (when it did not end cleanly) the training lost after its
+        last checkpoint."""
+        ready = next(
+            (e.time for e in self.events if e.name in PROGRESS or e.name == "data_ready"),
+            self.end,
+        )
+        phases = [Phase("start-up", self.start, ready)]
+        saved = [e.time for e in self.events if e.name == "checkpoint"]
+        useful_end = self.end if self.clean or not saved else max(saved[-1], ready)
+        phases.append(Phase("training", ready, useful_end))
+        if useful_end < self.end:
+            phases.append(Phase("lost", useful_end, self.end))
+        return [p for p in phases if p.seconds > 0]
+
+
+def attempts(events: list[Event]) -> list[Attempt]:
+    """The job's attempts in order, each from its first event (``started`` under Slurm; a
+    local run has the ranks' events only)."""
+    found: dict[int, list[Event]] = {}
+    for event in sorted(events, key=lambda e: e.time):
+        if event.name != "queued":
+            found.setdefault(event.attempt, []).append(event)
+    return [Attempt(k, tuple(found[k])) for k in sorted(found)]
+
+
+def waits(events: list[Event], runs: list[Attempt]) -> list[tuple[int, Phase]]:
+    """Time in the queue before each attempt (from ``queued``, then from the last attempt's
+    end), with the number of the attempt it precedes."""
+    queued = next((e.time for e in events if e.name == "queued"), None)
+    ends = [queued] + [a.end for a in runs[:-1]]
+    return [
+        (attempt.number, Phase("queued", end, attempt.start))
+        for end, attempt in zip(ends, runs, strict=True)
+        if end is not None and attempt.start > end
+    ]
+
+
+def goodput(runs: list[Attempt]) -> float | None:
+    """Useful training time over allocated time, over every attempt; None before any."""
+    allocated = sum(a.end - a.start for a in runs)
+    useful = sum(p.seconds for a in runs for p in a.phases() if p.name == "training")
+    return useful / allocated if allocated > 0 else None
+
+
+@dataclass(frozen=True)
+class Progress:
+    epoch: int
+    epochs: int | None
+    step: int
+    test_acc: float | None
+    eta_s: float | None
+
+    def line(self) -> str:
+        of = f"/{self.epochs}" if self.epochs else ""
+        acc = f", test accuracy so far {100 * self.test_acc:.2f} %" if self.test_acc else ""
+        eta = f", about {_duration(self.eta_s)} left" if self.eta_s is not None else ""
+        return f"progress: epoch {self.epoch}{of}, step {self.step}{acc}{eta}"
+
+
+def progress(runs: list[Attempt]) -> Progress | None:
+    """How far the newest attempt got, and the time left at its pace so far."""
+    if not runs:
+        return None
+    last = runs[-1]
+    moves = [e for e in last.events if e.name in ("step", "epoch")]
+    if not moves:
+        return None
+    now = moves[-1]
+    accuracies = [e.values["test_acc"] for a in runs for e in a.events if "test_acc" in e.values]
+    epochs, steps = now.values.get("epochs"), now.values.get("steps")
+    step = int(now.values.get("step", 0))
+    eta = None
+    if epochs and steps and len(moves) > 1 and step > moves[0].values.get("step", 0):
+        pace = (now.time - moves[0].time) / (step - moves[0].values.get("step", 0))
+        eta = max(0.0, (epochs * steps - step) * pace)
+    return Progress(
+        int(now.values.get("epoch", 0)),
+        int(epochs) if epochs else None,
+        step,
+        accuracies[-1] if accuracies else None,
+        eta,
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return (
+        f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    )

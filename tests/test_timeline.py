@@ -1,0 +1,115 @@
+"""A job's events read back as attempts, phases, goodput and progress, and drawn as a PNG.
+
+The events are those of a job preempted once, as the batch script and the MNIST entrypoint
+write them (the end-to-end preemption test checks a real job's)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clustertrain import events, runs, timeline
+from clustertrain.render import render
+from clustertrain.spec import build_spec
+from tests.conftest import run_cli
+
+PREEMPTED_ONCE = [
+    (0.0, "queued", 0, {}),
+    (2.0, "started", 0, {"nodes": "node[1-2]"}),
+    (3.0, "node_check", 0, {}),
+    (6.0, "rendezvous", 0, {"seconds": 3.0}),
+    (7.0, "data_ready", 0, {"seconds": 4.0}),
+    (9.0, "step", 0, {"epoch": 1, "step": 10, "steps": 20, "epochs": 2, "loss": 1.5}),
+    (11.0, "checkpoint", 0, {"epoch": 1, "seconds": 0.1}),
+    (11.1, "epoch", 0, {"epoch": 1, "step": 20, "steps": 20, "epochs": 2, "test_acc": 0.9}),
+    (12.0, "signal", 0, {"why": "USR2"}),
+    (12.5, "checkpoint", 0, {"epoch": 2, "step": 5, "seconds": 0.1}),
+    (12.6, "stop", 0, {"why": "SIGUSR2"}),
+    (13.0, "requeued", 0, {}),
+    (20.0, "started", 1, {"nodes": "node[1-2]"}),
+    (21.0, "node_check", 1, {}),
+    (24.0, "data_ready", 1, {"seconds": 4.0}),
+    (26.0, "step", 1, {"epoch": 2, "step": 30, "steps": 20, "epochs": 2, "loss": 0.5}),
+    (28.0, "checkpoint", 1, {"epoch": 2, "seconds": 0.1}),
+    (28.1, "epoch", 1, {"epoch": 2, "step": 40, "steps": 20, "epochs": 2, "test_acc": 0.98}),
+    (29.0, "ended", 1, {"status": "0"}),
+]
+
+
+def _write(path: Path, rows: list[tuple[float, str, int, dict]], t0: float = 1e9) -> None:
+    with path.open("a") as handle:
+        for at, name, attempt, values in rows:
+            handle.write(json.dumps({"time": t0 + at, "event": name, "attempt": attempt, **values}))
+            handle.write("\n")
+
+
+def _read(tmp_path: Path, rows: list[tuple[float, str, int, dict]]) -> list[events.Event]:
+    path = tmp_path / "events.jsonl"
+    _write(path, rows)
+    return events.read(path)
+
+
+def test_a_job_preempted_once_is_two_attempts_with_their_phases_in_order(tmp_path: Path) -> None:
+    found = _read(tmp_path, PREEMPTED_ONCE)
+    attempts = timeline.attempts(found)
+    assert [a.number for a in attempts] == [0, 1]
+    assert [a.how for a in attempts] == ["requeued", "ended 0"]
+    assert [e.name for e in attempts[0].events][:5] == [
+        "started", "node_check", "rendezvous", "data_ready", "step",
+    ]  # fmt: skip
+    assert [(p.name, p.start - 1e9, p.end - 1e9) for p in attempts[0].phases()] == [
+        ("start-up", 2.0, 7.0),
+        ("training", 7.0, 13.0),
+    ]
+    waits = [(n, p.start - 1e9, p.end - 1e9) for n, p in timeline.waits(found, attempts)]
+    assert waits == [(0, 0.0, 2.0), (1, 13.0, 20.0)]
+    # Useful training over allocated: (6 + 5) s of (11 + 9) s.
+    assert timeline.goodput(attempts) == (6.0 + 5.0) / (11.0 + 9.0)
+
+
+def test_training_after_the_last_checkpoint_of_a_killed_attempt_is_lost(tmp_path: Path) -> None:
+    killed = [row for row in PREEMPTED_ONCE if row[2] == 0 and row[0] <= 11.1]
+    killed.append((15.0, "step", 0, {"epoch": 2, "step": 30, "steps": 20, "epochs": 2}))
+    attempt = timeline.attempts(_read(tmp_path, killed))[0]
+    assert attempt.how == "killed"
+    assert [(p.name, p.end - 1e9) for p in attempt.phases()] == [
+        ("start-up", 7.0),
+        ("training", 11.0),
+        ("lost", 15.0),
+    ]
+
+
+def test_progress_says_where_the_newest_attempt_is_and_how_long_is_left(tmp_path: Path) -> None:
+    rows = [row for row in PREEMPTED_ONCE if row[0] <= 26.0]
+    rows.append((30.0, "step", 1, {"epoch": 2, "step": 35, "steps": 20, "epochs": 2}))
+    moving = timeline.progress(timeline.attempts(_read(tmp_path, rows)))
+    assert moving is not None
+    # 5 steps in 4 s; 5 steps left.
+    assert (moving.epoch, moving.step, moving.test_acc, moving.eta_s) == (2, 35, 0.9, 4.0)
+    assert moving.line() == (
+        "progress: epoch 2/2, step 35, test accuracy so far 90.00 %, about 4s left"
+    )
+
+
+def test_malformed_events_are_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text(
+        'not json\n{"event": "started"}\n{"time": "x", "event": "ended", "attempt": 0}\n'
+        '{"time": 1, "event": "rm -rf", "attempt": 0}\n{"time": NaN, "event": "step"}\n'
+        '{"time": 5, "event": "step", "attempt": 0, "loss": "big", "nodes": 7, "step": 3}\n'
+    )
+    assert events.read(path) == [events.Event(5.0, "step", 0, {"step": 3})]
+    (tmp_path / "link.jsonl").symlink_to(path)
+    assert events.read(tmp_path / "link.jsonl") == []
+
+
+def test_plot_draws_one_png_of_a_run(tmp_path: Path) -> None:
+    job = render(build_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
+    runs.write_run_files(job)
+    run = runs.record_submission(job, "9")
+    _write(run.events_path, PREEMPTED_ONCE[1:], t0=events.read(run.events_path)[0].time)
+    done = run_cli("plot", "9", "-o", str(tmp_path / "job9.png"), "--runs-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "job9.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = run_cli("plot", "9", "-o", str(tmp_path / "job9.svg"), "--runs-dir", str(tmp_path))
+    assert bad.returncode == 2 and "output:" in bad.stderr
