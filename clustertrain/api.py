@@ -92,6 +92,10 @@ def run_local(
     from clustertrain import local, procs
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
+    if job.spec.sweep:
+        from clustertrain.errors import UserError
+
+        raise UserError("sweep: a local run is one job; submit a sweep to Slurm (job array)")
     path = runs.write_run_files(job)
     supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.local", str(path)])
     local.write_state(path, pid=supervisor.pid, start_time=procs.start_time(supervisor.pid))

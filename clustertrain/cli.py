@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from clustertrain import __version__
+from clustertrain import __version__, cli_runs
+from clustertrain.cli_cluster import cluster
+from clustertrain.cli_options import runs_dir_option
 from clustertrain.errors import UserError
 
 if TYPE_CHECKING:
-    from clustertrain.api import Job
-    from clustertrain.slurm import JobState
+    pass
 
 _EPILOG_SUBMIT = """\b
 Examples:
@@ -37,15 +38,6 @@ class _SubmitCommand(click.Command):
             ctx.meta["train_args"] = tuple(args[cut + 1 :])
             args = args[:cut]
         return super().parse_args(ctx, args)
-
-
-def _runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--runs-dir",
-        metavar="DIR",
-        help="Root of the run folders (default: $CLUSTERTRAIN_RUNS_DIR, else ./runs). "
-        "It must be on a filesystem every node sees.",
-    )(func)
 
 
 @click.group(
@@ -110,6 +102,14 @@ _SPEC_OPTIONS = [
         help="Environment variable for the job (repeatable).",
     ),
     click.option(
+        "--sweep",
+        "sweep",
+        multiple=True,
+        metavar="NAME=V1,V2",
+        help="A job array: each task passes --NAME V; the tasks are the product (repeatable).",
+    ),
+    click.option("--max-parallel", type=int, help="Tasks of a sweep that may run at once (%%P)."),
+    click.option(
         "--signal-lead",
         "signal_lead_s",
         type=int,
@@ -158,13 +158,14 @@ def _spec_fields(ctx: click.Context, replace_args: bool, flags: dict[str, Any]) 
     flags["args"] = train_args if replace_args else None
     flags["env"] = list(flags["env"]) or None
     flags["sbatch_options"] = list(flags["sbatch_options"]) or None
+    flags["sweep"] = list(flags["sweep"]) or None
     return [] if replace_args else train_args
 
 
 @cli.command(cls=_SubmitCommand, epilog=_EPILOG_SUBMIT)
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @_spec_options
-@_runs_dir_option
+@runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print what would be submitted; touch nothing.")
 @click.option(
     "--no-preflight",
@@ -209,7 +210,7 @@ def submit(
 )
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @_spec_options
-@_runs_dir_option
+@runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print the command it would run; touch nothing.")
 @click.pass_context
 def run(
@@ -249,78 +250,9 @@ def run(
         raise SystemExit(1)
 
 
-@cli.command(epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42")
-@click.argument("job", default="last")
-@_runs_dir_option
-def status(job: str, runs_dir: str | None) -> None:
-    """State, nodes, elapsed time, restarts and, once done, the final accuracy of JOB."""
-    from clustertrain import runs
-    from clustertrain.api import Job
-
-    attached = Job.attach(job, runs_dir)
-    run, state = attached.run, attached.job_state()
-    click.echo(f"job {run.job_id} ({runs.printable(run.name)}): {state.state}")
-    click.echo(
-        f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
-        f"restarts: {state.restarts}"
-    )
-    if state.reason:
-        click.echo(f"  reason: {state.reason}")
-    click.echo(f"  run folder: {run.path}")
-    if not state.finished:
-        from clustertrain import events, timeline
-
-        moving = timeline.progress(timeline.attempts(events.read(run.events_path)))
-        if moving is not None:
-            click.echo(f"  {moving.line()}")
-    final = run.final_metrics()
-    if final is not None and isinstance(final.get("test_acc"), int | float):
-        click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
-    if state.finished and state.state != "COMPLETED":
-        from clustertrain.logs import first_failure
-
-        failure = first_failure(run)
-        for line in failure.lines() if failure else []:
-            click.echo(f"  {line}")
-    for line in _lost_nodes(attached, state):
-        click.echo(f"  {line}")
-
-
-def _lost_nodes(job: Job, state: JobState) -> list[str]:
-    """The nodes the job lost, as srun reported Slurm's verdict in the batch log."""
-    from clustertrain.logs import lost_nodes
-
-    found = lost_nodes(job.run)
-    if not found:
-        return []
-    when = "the job ended NODE_FAIL" if state.state == "NODE_FAIL" else "in an earlier attempt"
-    return [f"lost node(s): {' '.join(found)} (Slurm declared them down; {when})"]
-
-
-@cli.command(epilog="\b\nExamples:\n  clustertrain plot last\n  clustertrain plot 42 -o job42.png")
-@click.argument("job", default="last")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="PNG file to write.")
-@_runs_dir_option
-def plot(job: str, output: str | None, runs_dir: str | None) -> None:
-    """Draw JOB's training curves and timeline (attempts, waits, goodput) as one PNG."""
-    from pathlib import Path
-
-    from clustertrain.api import Job
-
-    try:
-        from clustertrain import plot as drawing
-    except ImportError:
-        raise UserError("plot needs matplotlib: pip install 'clustertrain[plot]'") from None
-    run = Job.attach(job, runs_dir).run
-    out = Path(output) if output else run.path / "plot.png"
-    if out.suffix.lower() != ".png":
-        raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
-    click.echo(f"wrote {drawing.draw(run, out)}")
-
-
 @cli.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
-@_runs_dir_option
+@runs_dir_option
 def list_jobs(limit: int, runs_dir: str | None) -> None:
     """Recent jobs from the run folders, newest first."""
     from clustertrain import runs
@@ -332,13 +264,28 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
         click.echo(
             f"{run.job_id:>8}  {runs.printable(run.submitted_at)}  {runs.printable(run.name):<16} "
             f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
-            f"{runs.printable(str(run.path))}"
+            f"{runs.printable(str(run.path))}{_sweep_counts(run)}"
         )
+
+
+def _sweep_counts(run: Any) -> str:
+    """For a sweep, its tasks per state (asked of Slurm: only sweeps cost a query)."""
+    from clustertrain import runs
+    from clustertrain.slurm import Slurm, SlurmUnreachable
+
+    count = len(runs.tasks(run))
+    if not count:
+        return ""
+    try:
+        counts = Slurm().state(run.job_id).counts()
+    except SlurmUnreachable:
+        counts = "state unknown"
+    return f"  sweep of {count} tasks: {counts or 'state unknown'}"
 
 
 @cli.command(epilog="\b\nExample:\n  clustertrain cancel 42")
 @click.argument("job")
-@_runs_dir_option
+@runs_dir_option
 def cancel(job: str, runs_dir: str | None) -> None:
     """Cancel JOB (a job id, a run folder or 'last')."""
     from clustertrain.api import Job
@@ -362,7 +309,7 @@ def cancel(job: str, runs_dir: str | None) -> None:
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--node", help="Only this node.")
 @click.option("--errors", is_flag=True, help="Only stderr.")
-@_runs_dir_option
+@runs_dir_option
 def logs(
     job: str, follow: bool, rank: int | None, node: str | None, errors: bool, runs_dir: str | None
 ) -> None:
@@ -387,7 +334,7 @@ def logs(
 
 
 @cli.command(epilog="\b\nExample:\n  clustertrain doctor")
-@_runs_dir_option
+@runs_dir_option
 def doctor(runs_dir: str | None) -> None:
     """What the cluster offers, and whether this host has what jobs need (exit 1 if not)."""
     from clustertrain import doctor as checks
@@ -404,71 +351,8 @@ def doctor(runs_dir: str | None) -> None:
         raise SystemExit(1)
 
 
-@cli.group()
-def cluster() -> None:
-    """A real multi-node Slurm cluster on this one machine (root, Debian or Ubuntu)."""
-
-
-@cluster.command(epilog="\b\nExample:\n  clustertrain cluster up --nodes 4 --gpus-per-node 2")
-@click.option("--nodes", type=click.IntRange(1, 64), default=4, show_default=True)
-@click.option(
-    "--cpus-per-node",
-    type=click.IntRange(1, 1024),
-    default=None,
-    help="CPUs each node declares (default: this machine's; Slurm binds steps to real CPUs).",
-)
-@click.option("--gpus-per-node", type=click.IntRange(0, 16), default=2, show_default=True)
-@click.option(
-    "--layout",
-    "network",
-    type=click.Choice(["namespaces", "loopback"]),
-    default="namespaces",
-    show_default=True,
-    help="namespaces: every node a host of its own on a private bridge; "
-    "loopback: every node on 127.0.0.1 (where namespaces cannot be made).",
-)
-def up(nodes: int, cpus_per_node: int | None, gpus_per_node: int, network: str) -> None:
-    """Install Slurm if needed and start a controller and one slurmd per node."""
-    import os
-
-    from clustertrain import cluster as local
-
-    cpus = cpus_per_node or len(os.sched_getaffinity(0))
-    layout = local.Layout(
-        nodes=nodes, cpus_per_node=cpus, gpus_per_node=gpus_per_node, network=network
-    )
-    conf = local.up(layout)
-    click.echo(f"export SLURM_CONF={conf}")
-
-
-@cluster.command(epilog="\b\nExample:\n  clustertrain cluster down")
-def down() -> None:
-    """Stop what `cluster up` started and remove what it added to system files."""
-    from clustertrain import cluster as local
-
-    local.down(local.default_state_dir())
-
-
-@cluster.command(
-    epilog="\b\nExamples:\n  clustertrain cluster fail node2\n"
-    "  clustertrain cluster fail node2 --cut-link"
-)
-@click.argument("node")
-@click.option("--cut-link", is_flag=True, help="Cut its network link instead of killing it.")
-def fail(node: str, cut_link: bool) -> None:
-    """Make NODE disappear mid-job (its slurmd and every process on it killed), to see what a
-    job does then; `cluster up` restarts the cluster afresh."""
-    from clustertrain import cluster as local
-
-    click.echo(local.fail_node(local.default_state_dir(), node, cut_link))
-
-
-@cluster.command(name="status", epilog="\b\nExample:\n  clustertrain cluster status")
-def cluster_status() -> None:
-    """Say what of the local cluster is running."""
-    from clustertrain import cluster as local
-
-    click.echo(local.status(local.default_state_dir()))
+for command in (cluster, cli_runs.status, cli_runs.plot, cli_runs.results):
+    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -86,6 +86,36 @@ def read_file(path: str, what: str = "job file") -> bytes:
     return data
 
 
+MAX_FLOW_DEPTH = 16
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of YAML flow collections (``[`` and ``{``) outside quotes and
+    comments: a cheap bound checked before the parser sees the text."""
+    depth = deepest = 0
+    quote = ""
+    for line in text.splitlines():
+        k = 0
+        while k < len(line):
+            c = line[k]
+            if quote:
+                if c == "\\" and quote == '"':
+                    k += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "\"'":
+                quote = c
+            elif c == "#" and (k == 0 or line[k - 1] in " \t"):
+                break
+            elif c in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif c in "]}":
+                depth = max(depth - 1, 0)
+            k += 1
+    return deepest
+
+
 def load(path: str) -> Any:
     """Read and parse a YAML job file."""
     return parse(read_file(path), path)
@@ -98,6 +128,9 @@ def parse(data: bytes, path: str = "<job file>") -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise FieldError("job file", path, "must be UTF-8 text") from None
+    if _flow_depth(text) > MAX_FLOW_DEPTH:
+        # PyYAML's pure-Python parser takes about a minute of CPU for 50,000 nested brackets.
+        raise FieldError("job file", path, "is nested too deeply to be a job file")
     try:
         # Bound the document before building it: anchors and aliases are refused at the event
         # level, so no alias can make the built value larger than the file.

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from clustertrain import protocol
 from clustertrain.follow import CYCLE_S, LogFile, Tail, list_log_files
-from clustertrain.runs import Run, RunFolderError, printable, read_regular
+from clustertrain.runs import Run, RunFolderError, printable, read_regular, tasks
 from clustertrain.slurm import JobState
 
 _RANK_PREFIX = protocol.RANK_PREFIX
@@ -126,15 +126,21 @@ def lost_nodes(run: Run) -> list[str]:
     return list(dict.fromkeys(printable(node) for node in _NODE_FAILURE.findall(text)))
 
 
+def _views(run: Run) -> list[tuple[str, Run]]:
+    """What to read: the job, or each task of a sweep with a ``task K `` prefix."""
+    return [(f"task {t.job_id.rpartition('_')[2]} ", t) for t in tasks(run)] or [("", run)]
+
+
 def read_all(run: Run, filters: Filter) -> Iterator[str]:
-    for log in log_files(run):
-        if not filters.wants_file(log):
-            continue
-        text = log.path.read_text(encoding="utf-8", errors="replace")
-        for line in text.splitlines():
-            formatted = format_line(log, line, filters)
-            if formatted is not None:
-                yield formatted
+    for prefix, view in _views(run):
+        for log in log_files(view):
+            if not filters.wants_file(log):
+                continue
+            text = log.path.read_text(encoding="utf-8", errors="replace")
+            for line in text.splitlines():
+                formatted = format_line(log, line, filters)
+                if formatted is not None:
+                    yield prefix + formatted
 
 
 def follow(
@@ -167,21 +173,23 @@ def follow_lines(
     Only complete lines are yielded; a final pass after the job ends catches the last ones.
     How the files are polled, at any number of them: :mod:`clustertrain.follow`.
     """
-    tail = Tail(run.logs_dir, run.job_id, filters.wants_file, clock)
+    tails = [(p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock)) for p, v in _views(run)]
 
-    def formatted(found: Iterator[tuple[LogFile, bytes]]) -> Iterator[str]:
+    def formatted(prefix: str, found: Iterator[tuple[LogFile, bytes]]) -> Iterator[str]:
         for log, raw in found:
             line = format_line(log, raw.decode("utf-8", "replace"), filters)
             if line is not None:
-                yield line
+                yield prefix + line
 
     next_state = clock()
     while True:
-        yield from formatted(tail.poll())
+        for prefix, tail in tails:
+            yield from formatted(prefix, tail.poll())
         if clock() >= next_state:
             state = job_state()
             if state.finished:
-                yield from formatted(tail.finish())
+                for prefix, tail in tails:
+                    yield from formatted(prefix, tail.finish())
                 return state
             next_state = clock() + STATE_POLL_S
         sleep(CYCLE_S)

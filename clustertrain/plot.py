@@ -14,8 +14,8 @@ from typing import Any
 
 import matplotlib
 
-from clustertrain import events, timeline
-from clustertrain.runs import Run, printable
+from clustertrain import events, sweep, timeline
+from clustertrain.runs import Run, printable, tasks
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {
@@ -27,13 +27,10 @@ PHASE_COLOURS = {
 
 
 def draw(run: Run, out: Path) -> Path:
-    """Write the picture of ``run`` to ``out`` (PNG) and return its path."""
+    """Write the picture of ``run`` (a job, or a sweep: every task) to ``out`` (PNG)."""
     matplotlib.use("Agg")  # no screen needed
     import matplotlib.pyplot as plt
 
-    found = events.read(run.events_path)
-    runs = timeline.attempts(found)
-    origin = min((e.time for e in found), default=0.0)
     fig = plt.figure(figsize=(13, 8.5), constrained_layout=True)
     grid = fig.add_gridspec(3, 2, height_ratios=(1, 1, 0.8))
     axes = {
@@ -42,30 +39,81 @@ def draw(run: Run, out: Path) -> Path:
         ("test_acc", "step"): fig.add_subplot(grid[1, 0]),
         ("test_acc", "time"): fig.add_subplot(grid[1, 1]),
     }
-    for attempt in runs:
-        _curves(axes, attempt, origin)
+    title = _sweep(fig, grid, axes, run) if tasks(run) else _job(fig, grid, axes, run)
     for (metric, x), ax in axes.items():
         ax.set_xlabel("global step" if x == "step" else "wall time since queued (s)")
         ax.set_ylabel("train loss" if metric == "loss" else "test accuracy (%)")
         ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(fontsize=8, loc="best")
-    _lanes(fig.add_subplot(grid[2, :]), found, runs, origin)
-    good = timeline.goodput(runs)
-    share = f"goodput {100 * good:.0f} %" if good is not None else "no attempt recorded"
-    fig.suptitle(
-        f"job {run.job_id} ({printable(run.name)}): {len(runs)} attempt(s), {share} "
-        "(useful training time / allocated time)",
-        fontsize=13,
-    )
+    fig.suptitle(title, fontsize=13)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
 
 
-def _curves(axes: dict[tuple[str, str], Any], attempt: timeline.Attempt, origin: float) -> None:
-    colour = COLOURS[attempt.number % len(COLOURS)]
-    label = f"attempt {attempt.number}"
+def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> str:
+    found = events.read(run.events_path)
+    runs = timeline.attempts(found)
+    origin = min((e.time for e in found), default=0.0)
+    for attempt in runs:
+        colour = COLOURS[attempt.number % len(COLOURS)]
+        _curves(axes, attempt, origin, colour, f"attempt {attempt.number}")
+    _lanes(fig.add_subplot(grid[2, :]), found, runs, origin)
+    good = timeline.goodput(runs)
+    share = f"goodput {100 * good:.0f} %" if good is not None else "no attempt recorded"
+    return (
+        f"job {run.job_id} ({printable(run.name)}): {len(runs)} attempt(s), {share} "
+        "(useful training time / allocated time)"
+    )
+
+
+def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> str:
+    """Every task's curves, labelled with its parameters; a lane per task."""
+    table = sweep.read_table(run.path)
+    views = tasks(run)
+    found = {view.job_id: events.read(view.events_path) for view in views}
+    origin = min((e.time for seen in found.values() for e in seen), default=0.0)
+    lanes = fig.add_subplot(grid[2, :])
+    allocated = useful = 0.0
+    seen: set[str] = set()
+    for k, view in enumerate(views):
+        number = int(view.job_id.rpartition("_")[2])
+        label = printable(f"task {number}: {sweep.describe(table.get(number, {}))}")[:60]
+        colour = COLOURS[k % len(COLOURS)]
+        attempts = timeline.attempts(found[view.job_id])
+        phases = [w for _, w in timeline.waits(found[view.job_id], attempts)]
+        for attempt in attempts:
+            _curves(axes, attempt, origin, colour, label if attempt.number == 0 else None)
+            phases += attempt.phases()
+            allocated += attempt.end - attempt.start
+        for phase in phases:
+            shown = phase.name not in seen
+            seen.add(phase.name)
+            lanes.barh(
+                k, phase.seconds, left=phase.start - origin, height=0.6,
+                color=PHASE_COLOURS[phase.name], edgecolor=colour, lw=1.5,
+                label=phase.name if shown else None,
+            )  # fmt: skip
+            useful += phase.seconds if phase.name == "training" else 0.0
+    lanes.set_yticks(range(len(views)), [f"task {v.job_id.rpartition('_')[2]}" for v in views])
+    lanes.invert_yaxis()
+    lanes.set_xlabel("wall time since queued (s)")
+    lanes.set_title("tasks: each lane a task, its attempts and its waits in the queue", fontsize=11)
+    lanes.set_xlim(left=0)
+    if seen:
+        lanes.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
+    share = f", goodput {100 * useful / allocated:.0f} %" if allocated else ""
+    return f"sweep {run.job_id} ({printable(run.name)}): {len(views)} tasks{share}"
+
+
+def _curves(
+    axes: dict[tuple[str, str], Any],
+    attempt: timeline.Attempt,
+    origin: float,
+    colour: str,
+    label: str | None,
+) -> None:
     for metric, kinds in (("loss", ("step",)), ("test_acc", ("epoch",))):
         points = [e for e in attempt.events if e.name in kinds and metric in e.values]
         scale = 100 if metric == "test_acc" else 1

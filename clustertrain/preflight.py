@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from clustertrain import sweep
 from clustertrain.errors import UserError
 from clustertrain.spec import JobSpec, format_time, time_seconds
 
@@ -47,6 +48,7 @@ class ClusterInfo:
     version: str
     partitions: tuple[Partition, ...]
     nodes: tuple[Node, ...]
+    max_array_size: int | None = None  # MaxArraySize: array indices must stay below it
 
     def partition(self, name: str | None) -> Partition | None:
         for part in self.partitions:
@@ -58,6 +60,12 @@ class ClusterInfo:
 def check(spec: JobSpec, cluster: ClusterInfo) -> None:
     """Raise :class:`UserError` naming the first limit ``spec`` exceeds."""
     skip = " (or skip this check with --no-preflight)"
+    count = len(sweep.tasks(spec.sweep))
+    if cluster.max_array_size is not None and count > cluster.max_array_size:
+        raise UserError(
+            f"sweep: {count} tasks exceed this site's MaxArraySize={cluster.max_array_size}; "
+            f"sweep fewer values, or split it into several submissions{skip}"
+        )
     part = cluster.partition(spec.partition)
     names = ", ".join(p.name for p in cluster.partitions) or "none"
     if part is None:

@@ -10,8 +10,9 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
-from clustertrain import __version__, protocol, sbatch
+from clustertrain import __version__, protocol, sbatch, sweep
 from clustertrain.errors import UserError
 from clustertrain.spec import JobSpec
 from clustertrain.templates import render_template
@@ -58,10 +59,16 @@ class RenderedJob:
 
     def dry_run_text(self) -> str:
         """What ``submit --dry-run`` prints: both files, each under a line naming its path."""
-        return (
+        text = (
             f"#### {self.batch_path} (handed to sbatch)\n{self.batch_script}"
             f"#### {self.launch_path} (run by srun on every node)\n{self.launch_script}"
         )
+        table = sweep.tasks(self.spec.sweep)
+        if table:
+            text += f"#### the sweep: {len(table)} array tasks ({sweep.TABLE})\n" + "".join(
+                f"task {k}: {sweep.describe(params)}\n" for k, params in enumerate(table)
+            )
+        return text
 
 
 def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
@@ -83,20 +90,8 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
     launch_argv = launcher_argv(spec)
     directives = sbatch_directives(spec, run_dir, workdir)
     context = {
-        "version": __version__,
-        "spec": spec,
-        "run_dir": run_dir,
-        "batch_path": str(PurePosixPath(run_dir, BATCH_SCRIPT)),
-        "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
-        "logs_dir": str(PurePosixPath(run_dir, "logs")),
-        "rank_env": rank_environment(spec, run_dir),
-        "protocol": protocol,
+        **_context(spec, run_dir, launch_argv),
         "directives": directives,
-        "srun": _step(spec, "bash", str(PurePosixPath(run_dir, LAUNCH_SCRIPT))),
-        "node_check": _step(spec, *_NODECHECK, "probe", Expand("$LOG_DIR/node-check"))
-        if spec.node_check
-        else "",
-        "launch_lines": _argv_lines(launch_argv),
     }
     return RenderedJob(
         spec=spec,
@@ -109,6 +104,37 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
 
 
 _NODECHECK = ("python", "-m", "clustertrain.nodecheck")
+
+
+def _context(spec: JobSpec, run_dir: str, launch_argv: tuple[str, ...]) -> dict[str, Any]:
+    """What the templates are given besides the directives; every shell value pre-quoted.
+
+    A sweep's task works in ``$TASK_DIR`` (``tasks/K`` of the run folder) and passes its own
+    arguments (``$TASK_ARGS``) to the launch script, which appends them to the launcher's."""
+    folder = Expand("$TASK_DIR") if spec.sweep else run_dir
+    tasks = [
+        (k, " ".join(shlex.quote(w) for w in sweep.task_args(params)))
+        for k, params in enumerate(sweep.tasks(spec.sweep))
+    ]
+    lines = _argv_lines(launch_argv) + (['"$@"'] if spec.sweep else [])
+    return {
+        "version": __version__,
+        "spec": spec,
+        "batch_path": str(PurePosixPath(run_dir, BATCH_SCRIPT)),
+        "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
+        "tasks_dir": shlex.quote(str(PurePosixPath(run_dir, sweep.TASKS_DIR))),
+        "sweep_tasks": tasks,
+        "logs_dir": shell_word(
+            Expand(f"{folder}/logs") if spec.sweep else str(PurePosixPath(run_dir, "logs"))
+        ),
+        "rank_env": [(k, shell_word(v)) for k, v in rank_environment(spec, folder)],
+        "protocol": protocol,
+        "srun": _step(spec, "bash", str(PurePosixPath(run_dir, LAUNCH_SCRIPT))),
+        "node_check": _step(spec, *_NODECHECK, "probe", Expand("$LOG_DIR/node-check"))
+        if spec.node_check
+        else "",
+        "launch_lines": lines,
+    }
 
 
 def _step(spec: JobSpec, *command: str) -> str:
@@ -134,6 +160,10 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
     """The ``#SBATCH`` flags, sorted by name, each value quoted for sbatch's own parser
     (:mod:`clustertrain.sbatch`), which is not bash's."""
     logs = PurePosixPath(run_dir, "logs")
+    # %j keeps jobs apart; a sweep's task K (%a of array %A) writes into its own folder.
+    log_name = "slurm-%j"
+    if spec.sweep:
+        logs, log_name = PurePosixPath(run_dir, sweep.TASKS_DIR, "%a", "logs"), "slurm-%A_%a"
     gpus = spec.gpus_per_node
     values: dict[str, str | None] = {
         "job-name": spec.name,
@@ -142,9 +172,9 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         "cpus-per-task": str(spec.cpus_per_task),
         "time": spec.time,
         "chdir": workdir,
-        # %j keeps jobs apart; attempts of a requeued job append instead of overwriting.
-        "output": f"{logs}/slurm-%j.out",
-        "error": f"{logs}/slurm-%j.err",
+        # Attempts of a requeued job append instead of overwriting.
+        "output": f"{logs}/{log_name}.out",
+        "error": f"{logs}/{log_name}.err",
         "open-mode": "append",
         # B: signals the batch shell only; it forwards the warning to the launchers.
         "signal": f"B:{protocol.STOP_SIGNAL}@{spec.signal_lead_s}",
@@ -156,6 +186,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         "mail-type": spec.mail_type,
         "mail-user": spec.mail_user,
         "dependency": spec.dependency,
+        "array": _array(spec),
     }
     if gpus:
         values["gres" if spec.gpus_as_gres else "gpus-per-node"] = (
@@ -177,21 +208,35 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
     return tuple(flags)
 
 
+def _array(spec: JobSpec) -> str | None:
+    if not spec.sweep:
+        return None
+    count = len(sweep.tasks(spec.sweep))
+    return f"0-{count - 1}" + (f"%{spec.max_parallel}" if spec.max_parallel else "")
+
+
 def rank_environment(
     spec: JobSpec, run_dir: str, requeue: bool = True
 ) -> tuple[tuple[str, str], ...]:
     """What clustertrain gives every rank besides the venv and ``spec.env``: the batch script
-    exports these, and a local run (:mod:`clustertrain.local`, ``requeue=False``) sets them."""
+    exports these, and a local run (:mod:`clustertrain.local`, ``requeue=False``) sets them.
+
+    ``run_dir`` may be an :class:`Expand` (a sweep task's ``$TASK_DIR``); paths under it are too.
+    """
+
+    def under(name: str) -> str:
+        if isinstance(run_dir, Expand):
+            return Expand(f"{run_dir}/{name}")
+        return str(PurePosixPath(run_dir, name))
+
     pairs = [
         ("PYTHONUNBUFFERED", "1"),
         (protocol.ENV_RUN_DIR, run_dir),
-        (protocol.ENV_OUT_DIR, str(PurePosixPath(run_dir, "out"))),
-        (protocol.ENV_EVENTS_FILE, str(PurePosixPath(run_dir, protocol.EVENTS_FILE))),
+        (protocol.ENV_OUT_DIR, under("out")),
+        (protocol.ENV_EVENTS_FILE, under(protocol.EVENTS_FILE)),
     ]
     if requeue:
-        pairs.append(
-            (protocol.ENV_REQUEUE_FILE, str(PurePosixPath(run_dir, protocol.REQUEUE_FILE)))
-        )
+        pairs.append((protocol.ENV_REQUEUE_FILE, under(protocol.REQUEUE_FILE)))
     pairs += [
         (protocol.ENV_RDZV_TIMEOUT_S, str(spec.rdzv_timeout_s)),
         # torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines.

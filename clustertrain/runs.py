@@ -7,6 +7,7 @@ and every path handed out here stays inside the runs root, whatever a user typed
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from clustertrain import events, protocol
+from clustertrain import events, protocol, sweep
 from clustertrain.errors import UserError
 from clustertrain.local import LOCAL_ID
 from clustertrain.render import RenderedJob
@@ -139,6 +140,11 @@ def write_run_files(job: RenderedJob) -> Path:
     try:
         (path / "logs").mkdir()
         (path / "out").mkdir()
+        if job.spec.sweep:  # each task a run folder of its own; Slurm creates no folders
+            sweep.write_table(path, job.spec.sweep)
+            for task in range(len(sweep.tasks(job.spec.sweep))):
+                for sub in ("logs", "out"):
+                    (path / sweep.TASKS_DIR / str(task) / sub).mkdir(parents=True)
         (path / "spec.yaml").write_text(
             yaml.safe_dump(job.spec.to_dict(), sort_keys=False, allow_unicode=True),
             encoding="utf-8",
@@ -169,7 +175,23 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
     tmp.write_text(json.dumps(fields, indent=1) + "\n", encoding="utf-8")
     tmp.replace(run.path / RECORD)
     events.append(run.events_path, "queued")
+    for task in tasks(run):
+        events.append(task.events_path, "queued")
     return run
+
+
+def tasks(run: Run) -> list[Run]:
+    """A sweep's tasks as runs of their own (``ID_K``, folder ``tasks/K``); [] for a job."""
+    if "_" in run.job_id:
+        return []
+    table = sweep.read_table(run.path)
+    return [task(run, k) for k in sorted(table)]
+
+
+def task(run: Run, number: int) -> Run:
+    return dataclasses.replace(
+        run, path=run.path / sweep.TASKS_DIR / str(number), job_id=f"{run.job_id}_{number}"
+    )
 
 
 # job.json's fields: (type, check) each; anything else in the file is refused.
@@ -234,9 +256,14 @@ def find_run(root: Path, ref: str) -> Run:
             raise UserError(f"JOB: no jobs recorded under {root}; submit one first")
         return runs[0]
     if _is_job_id(ref):
+        array, _, number = ref.partition("_")
         for run in runs:
             if run.job_id == ref:
                 return run
+            if number and run.job_id == array:
+                if int(number) in sweep.read_table(run.path):
+                    return task(run, int(number))
+                raise UserError(f"JOB: array {array} has no task {number}; see `results {array}`")
         raise UserError(f"JOB: no job {ref} recorded under {root}; see `clustertrain list`")
     raise UserError(
         f"JOB: {printable(repr(ref))[:80]} is neither a job id, 'last' nor a run folder "

@@ -62,10 +62,19 @@ class JobState:
     restarts: int = 0
     exit_code: str = ""
     reason: str = ""
+    # A job array's tasks (number, state); empty for a job or one task.
+    tasks: tuple[tuple[int, str], ...] = ()
 
     @property
     def finished(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    def counts(self) -> str:
+        """``2 RUNNING, 4 PENDING``: the array's tasks per state."""
+        seen: dict[str, int] = {}
+        for _, state in self.tasks:
+            seen[state] = seen.get(state, 0) + 1
+        return ", ".join(f"{n} {state}" for state, n in seen.items())
 
 
 def local_cluster_dir() -> Path:
@@ -205,10 +214,13 @@ class Slurm:
                     f"{_first_error_line(done.stderr)}; is Slurm reachable "
                     "(`scontrol ping`)?"
                 )
+        config = self._call("scontrol", "show", "config")
+        array = re.search(r"^MaxArraySize\s*=\s*(\d+)", config.stdout, re.MULTILINE)
         return ClusterInfo(
             version=version.stdout.strip(),
             partitions=parse_partitions(parts.stdout),
             nodes=parse_nodes(nodes.stdout),
+            max_array_size=int(array[1]) if array else None,
         )
 
     def node_states(self) -> dict[str, str]:
@@ -241,7 +253,11 @@ class Slurm:
 
 
 def parse_scontrol_job(job_id: str, text: str) -> JobState:
-    """Parse one ``scontrol show job --oneliner`` record (``Key=Value`` words)."""
+    """Parse ``scontrol show job --oneliner``: one record (``Key=Value`` words), or for a job
+    array one per task (pending tasks share one, ``ArrayTaskId=2-5%2``)."""
+    records = [dict(_KEY_VALUE.findall(line)) for line in text.splitlines() if line.strip()]
+    if "_" not in job_id and records and "ArrayTaskId" in records[0]:
+        return _array_state(job_id, records)
     fields = dict(_KEY_VALUE.findall(text))
     restarts = fields.get("Restarts", "0")
     return JobState(
@@ -253,6 +269,32 @@ def parse_scontrol_job(job_id: str, text: str) -> JobState:
         exit_code=fields.get("ExitCode", ""),
         reason=fields.get("Reason", "") if fields.get("Reason") != "None" else "",
     )
+
+
+def _array_state(job_id: str, records: list[dict[str, str]]) -> JobState:
+    """The array as one state: running while any task runs, pending while any waits, else
+    COMPLETED when every task did, else the first other end."""
+    tasks: dict[int, str] = {}
+    for fields in records:
+        for number in _task_numbers(fields.get("ArrayTaskId", "")):
+            tasks[number] = fields.get("JobState", "UNKNOWN")
+    states = list(tasks.values())
+    ended = [s for s in states if s in TERMINAL_STATES]
+    if len(ended) < len(states):
+        state = "PENDING" if all(s == "PENDING" for s in states) else "RUNNING"
+    else:
+        state = next((s for s in states if s != "COMPLETED"), "COMPLETED")
+    return JobState(job_id=job_id, state=state, tasks=tuple(sorted(tasks.items())))
+
+
+def _task_numbers(text: str) -> list[int]:
+    """``3``, ``2-5``, ``1,4-6%2`` (the throttle after %) as task numbers."""
+    numbers: list[int] = []
+    for part in text.split("%")[0].split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            numbers.extend(range(int(low), int(high or low) + 1))
+    return numbers
 
 
 def parse_sacct(job_id: str, text: str) -> JobState:

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from clustertrain import protocol, sbatch
+from clustertrain import protocol, sbatch, sweep
 from clustertrain.errors import FieldError
 from clustertrain.jobfile import Plain
+from clustertrain.sweep import Sweep
 
 Launcher = Literal["torchrun", "accelerate"]
 LAUNCHERS: tuple[str, ...] = get_args(Launcher)
@@ -91,8 +92,13 @@ class JobSpec:
     # The interface(s) gloo and NCCL use; None: each node's route to the head node decides.
     socket_ifname: str | None = None
     venv: str | None = None
+    # A job array: each task this job with one combination of values (clustertrain.sweep).
+    sweep: Sweep = ()
+    max_parallel: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_parallel is not None and not self.sweep:
+            raise FieldError("max_parallel", self.max_parallel, "only applies to a sweep")
         if self.cpus_per_task == 0:
             object.__setattr__(self, "cpus_per_task", max(4, 2 * self.nproc_per_node))
 
@@ -121,6 +127,7 @@ class JobSpec:
         data["args"] = list(self.args)
         data["env"] = dict(self.env)
         data["sbatch_options"] = list(self.sbatch_options)
+        data["sweep"] = {name: list(values) for name, values in self.sweep}
         return data
 
 
@@ -190,7 +197,11 @@ def _merge_options(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...
     return tuple(by_name.values())
 
 
-_MERGES: dict[str, Any] = {"env": _merge_env, "sbatch_options": _merge_options}
+_MERGES: dict[str, Any] = {
+    "env": _merge_env,
+    "sbatch_options": _merge_options,
+    "sweep": sweep.merge,
+}
 _EITHER = {"script": "module", "module": "script"}
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -438,4 +449,6 @@ _VALIDATORS: dict[str, Any] = {
     "rdzv_timeout_s": _int(10, 3600),
     "socket_ifname": _pattern(_IFNAMES, "must be interface names like eth0 or ib0,ib1"),
     "venv": _venv,
+    "sweep": sweep.parse,
+    "max_parallel": _optional_int(1, sweep.MAX_TASKS),
 }

@@ -231,16 +231,16 @@ def test_a_16_node_job_completes_on_16_separate_hosts(tmp_path: Path) -> None:
     try:
         env = {"SLURM_CONF": conf, "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
         done = run_cli(
-            "submit", "--launcher", "torchrun", "--script", "tests/jobs/where_am_i.py",
+            "submit", "--launcher", "torchrun", "--script", "tests/jobs/hello_world.py",
             "--nodes", "16", "--gpus-per-node", "0", "--cpus-per-task", "1", env=env,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         job_id = re.search(r"submitted job (\d+)", done.stdout)[1]  # type: ignore[index]
         followed = run_cli("logs", job_id, "--follow", env=env, timeout=600)
         assert followed.returncode == 0, followed.stdout[-3000:]
-        ranks = [json.loads(m) for m in re.findall(r"where-am-i (\{.*\})", followed.stdout)]
+        ranks = [json.loads(m) for m in re.findall(r"hello-world (\{.*\})", followed.stdout)]
         assert sorted(r["rank"] for r in ranks) == list(range(16))
-        assert {r["sum"] for r in ranks} == {16}
+        assert {r["world"] for r in ranks} == {16} and {r["gloo_ifname"] for r in ranks} == {"eth0"}
         assert {r["hostname"] for r in ranks} == set(layout.node_names)
         assert {r["head_address"] for r in ranks} == {layout.node_addresses["node1"]}
     finally:

@@ -179,3 +179,13 @@ def test_a_job_file_that_cannot_be_read_is_one_line(
     folder.mkdir()
     done = run_cli("submit", str(folder), cwd=tmp_path, env=env)
     _assert_refused(done, "job.yaml", tmp_path, called)
+
+
+def test_brackets_inside_quotes_and_comments_are_not_nesting(tmp_path: Path) -> None:
+    """The nesting bound (checked before PyYAML, which takes a minute of CPU on 50,000 nested
+    brackets) counts flow collections only."""
+    from clustertrain.jobfile import MAX_FLOW_DEPTH, parse
+
+    deep = "[" * (MAX_FLOW_DEPTH + 1)
+    text = f"args: ['{deep}', \"{deep}\"]  # {deep}\nenv: {{A: '{{{{'}}\n"
+    assert parse(text.encode())["args"] == [deep, deep]

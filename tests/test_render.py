@@ -43,6 +43,12 @@ CASES = {
         "args": ["--strategy", "accelerate"],
         "venv": "/opt/venvs/train",
     },
+    "sweep-2x1": {
+        "nodes": 2,
+        "sweep": {"lr": ["0.1", "0.2"], "seed": ["1", "2"], "note": ["it's"]},
+        "max_parallel": 2,
+        "args": ["--epochs", "3"],
+    },
 }
 
 

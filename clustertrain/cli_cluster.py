@@ -1,0 +1,75 @@
+"""``clustertrain cluster up|down|fail|status``: the local Slurm cluster, from the command line.
+
+Each command parses, calls :mod:`clustertrain.cluster`, prints.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+def cluster() -> None:
+    """A real multi-node Slurm cluster on this one machine (root, Debian or Ubuntu)."""
+
+
+@cluster.command(epilog="\b\nExample:\n  clustertrain cluster up --nodes 4 --gpus-per-node 2")
+@click.option("--nodes", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option(
+    "--cpus-per-node",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="CPUs each node declares (default: this machine's; Slurm binds steps to real CPUs).",
+)
+@click.option("--gpus-per-node", type=click.IntRange(0, 16), default=2, show_default=True)
+@click.option(
+    "--layout",
+    "network",
+    type=click.Choice(["namespaces", "loopback"]),
+    default="namespaces",
+    show_default=True,
+    help="namespaces: every node a host of its own on a private bridge; "
+    "loopback: every node on 127.0.0.1 (where namespaces cannot be made).",
+)
+def up(nodes: int, cpus_per_node: int | None, gpus_per_node: int, network: str) -> None:
+    """Install Slurm if needed and start a controller and one slurmd per node."""
+    import os
+
+    from clustertrain import cluster as local
+
+    cpus = cpus_per_node or len(os.sched_getaffinity(0))
+    layout = local.Layout(
+        nodes=nodes, cpus_per_node=cpus, gpus_per_node=gpus_per_node, network=network
+    )
+    conf = local.up(layout)
+    click.echo(f"export SLURM_CONF={conf}")
+
+
+@cluster.command(epilog="\b\nExample:\n  clustertrain cluster down")
+def down() -> None:
+    """Stop what `cluster up` started and remove what it added to system files."""
+    from clustertrain import cluster as local
+
+    local.down(local.default_state_dir())
+
+
+@cluster.command(
+    epilog="\b\nExamples:\n  clustertrain cluster fail node2\n"
+    "  clustertrain cluster fail node2 --cut-link"
+)
+@click.argument("node")
+@click.option("--cut-link", is_flag=True, help="Cut its network link instead of killing it.")
+def fail(node: str, cut_link: bool) -> None:
+    """Make NODE disappear mid-job (its slurmd and every process on it killed), to see what a
+    job does then; `cluster up` restarts the cluster afresh."""
+    from clustertrain import cluster as local
+
+    click.echo(local.fail_node(local.default_state_dir(), node, cut_link))
+
+
+@cluster.command(name="status", epilog="\b\nExample:\n  clustertrain cluster status")
+def cluster_status() -> None:
+    """Say what of the local cluster is running."""
+    from clustertrain import cluster as local
+
+    click.echo(local.status(local.default_state_dir()))

@@ -1,0 +1,125 @@
+"""``clustertrain status|plot|results``: what a submitted job or sweep did, from its run folder
+and Slurm. Each command parses, calls the library, prints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from clustertrain.cli_options import runs_dir_option
+from clustertrain.errors import UserError
+
+if TYPE_CHECKING:
+    from clustertrain.api import Job
+    from clustertrain.slurm import JobState
+
+
+@click.command(epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42")
+@click.argument("job", default="last")
+@runs_dir_option
+def status(job: str, runs_dir: str | None) -> None:
+    """State, nodes, elapsed time, restarts and, once done, the final accuracy of JOB."""
+    from clustertrain import runs
+    from clustertrain.api import Job
+
+    attached = Job.attach(job, runs_dir)
+    run, state = attached.run, attached.job_state()
+    if runs.tasks(run):
+        _sweep_status(attached, state)
+        return
+    click.echo(f"job {run.job_id} ({runs.printable(run.name)}): {state.state}")
+    click.echo(
+        f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
+        f"restarts: {state.restarts}"
+    )
+    if state.reason:
+        click.echo(f"  reason: {state.reason}")
+    click.echo(f"  run folder: {run.path}")
+    if not state.finished:
+        from clustertrain import events, timeline
+
+        moving = timeline.progress(timeline.attempts(events.read(run.events_path)))
+        if moving is not None:
+            click.echo(f"  {moving.line()}")
+    final = run.final_metrics()
+    if final is not None and isinstance(final.get("test_acc"), int | float):
+        click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
+    if state.finished and state.state != "COMPLETED":
+        from clustertrain.logs import first_failure
+
+        failure = first_failure(run)
+        for line in failure.lines() if failure else []:
+            click.echo(f"  {line}")
+    for line in _lost_nodes(attached, state):
+        click.echo(f"  {line}")
+
+
+def _sweep_status(job: Job, state: JobState) -> None:
+    """An array: its state with a count per state, then a line per task."""
+    from clustertrain import results, runs
+
+    run = job.run
+    click.echo(f"sweep {run.job_id} ({runs.printable(run.name)}): {state.state} ({state.counts()})")
+    click.echo(f"  run folder: {run.path}")
+    for row in sorted(results.rows(run, state), key=lambda r: r.task):
+        acc = f", test accuracy {100 * row.test_acc:.2f} %" if row.test_acc is not None else ""
+        params = runs.printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
+        click.echo(f"  task {row.task} ({params}): {row.state}{acc}")
+    click.echo(
+        f"  one task: clustertrain status {run.job_id}_K; all: clustertrain results {run.job_id}"
+    )
+
+
+def _lost_nodes(job: Job, state: JobState) -> list[str]:
+    """The nodes the job lost, as srun reported Slurm's verdict in the batch log."""
+    from clustertrain.logs import lost_nodes
+
+    found = lost_nodes(job.run)
+    if not found:
+        return []
+    when = "the job ended NODE_FAIL" if state.state == "NODE_FAIL" else "in an earlier attempt"
+    return [f"lost node(s): {' '.join(found)} (Slurm declared them down; {when})"]
+
+
+@click.command(
+    epilog="\b\nExamples:\n  clustertrain plot last\n  clustertrain plot 42 -o job42.png"
+)
+@click.argument("job", default="last")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="PNG file to write.")
+@runs_dir_option
+def plot(job: str, output: str | None, runs_dir: str | None) -> None:
+    """Draw JOB's training curves and timeline (attempts, waits, goodput) as one PNG."""
+    from pathlib import Path
+
+    from clustertrain.api import Job
+
+    try:
+        from clustertrain import plot as drawing
+    except ImportError:
+        raise UserError("plot needs matplotlib: pip install 'clustertrain[plot]'") from None
+    run = Job.attach(job, runs_dir).run
+    out = Path(output) if output else run.path / "plot.png"
+    if out.suffix.lower() != ".png":
+        raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
+    click.echo(f"wrote {drawing.draw(run, out)}")
+
+
+@click.command(
+    epilog="\b\nExamples:\n  clustertrain results 42\n  clustertrain results last --json"
+)
+@click.argument("job", default="last")
+@click.option("--json", "as_json", is_flag=True, help="JSON, for scripts.")
+@runs_dir_option
+def results(job: str, as_json: bool, runs_dir: str | None) -> None:
+    """One row per task of the sweep JOB: parameters, state, final accuracy, time to target,
+    restarts; best accuracy first."""
+    from clustertrain import results as table
+    from clustertrain import runs
+    from clustertrain.api import Job
+
+    attached = Job.attach(job, runs_dir)
+    if not runs.tasks(attached.run):
+        raise UserError(f"JOB: {attached.job_id} is not a sweep; see `clustertrain status`")
+    found = table.rows(attached.run, attached.job_state())
+    click.echo(table.as_json(found) if as_json else table.text(found))

@@ -1,0 +1,116 @@
+"""Sweeps: one Slurm job array whose tasks are the product of every swept value.
+
+``--sweep lr=0.1,0.2,0.4 --sweep seed=1,2`` (or ``sweep: {lr: [0.1, 0.2, 0.4], seed: [1, 2]}``
+in a job file) makes 6 tasks, numbered in product order (the last name varies fastest); task
+K passes ``--lr V --seed W`` to the training script after its other arguments. Each task is a
+whole multi-node job with its own folder ``tasks/K/`` (``logs/``, ``out/``, ``events.jsonl``),
+its own rendezvous (from its own job id) and its own requeues. The table is ``sweep.json`` in
+the run folder.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from clustertrain.errors import FieldError
+
+Sweep = tuple[tuple[str, tuple[str, ...]], ...]
+MAX_TASKS = 10_000
+TABLE = "sweep.json"
+TASKS_DIR = "tasks"
+# The script's option name: --NAME.
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+_MAX_VALUE = 256
+
+
+def parse(field: str, value: Any) -> Sweep:
+    """A job file's mapping ``{name: [values]}`` or the flags' ``["name=v1,v2", ...]``."""
+    if isinstance(value, list | tuple):
+        pairs = []
+        for item in value:
+            if not isinstance(item, str) or "=" not in item:
+                raise FieldError(field, item, "must be NAME=V1,V2, e.g. --sweep lr=0.1,0.2")
+            name, _, values = item.partition("=")
+            pairs.append((name, values.split(",")))
+        value = dict(pairs)
+    if not isinstance(value, Mapping):
+        raise FieldError(field, value, "must be a mapping of name: [values], e.g. lr: [0.1, 0.2]")
+    checked = tuple(
+        (_name(field, name), _values(f"{field}.{name}", v)) for name, v in value.items()
+    )
+    total = math.prod(len(values) for _, values in checked)
+    if total > MAX_TASKS:
+        raise FieldError(field, total, f"makes {total} tasks; sweep at most {MAX_TASKS}")
+    return checked
+
+
+def _name(field: str, name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise FieldError(f"{field} name", name, "must be an option name like lr or warmup-steps")
+    return name
+
+
+def _values(field: str, values: Any) -> tuple[str, ...]:
+    if not isinstance(values, list | tuple):
+        values = [values]
+    texts = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise FieldError(field, value, "must be a number or a word")
+        text = str(value)
+        if not text or len(text) > _MAX_VALUE or not text.isprintable():
+            raise FieldError(field, text, f"must be 1 to {_MAX_VALUE} printable characters")
+        if text in texts:
+            raise FieldError(field, text, "is given twice; give each value once")
+        texts.append(text)
+    if not texts:
+        raise FieldError(field, "", "is empty; give at least one value, e.g. lr=0.1,0.2")
+    return tuple(texts)
+
+
+def merge(old: Sweep, new: Sweep) -> Sweep:
+    """A later layer's values for a name replace the earlier ones; other names stay."""
+    return tuple({**dict(old), **dict(new)}.items())
+
+
+def tasks(sweep: Sweep) -> list[dict[str, str]]:
+    """Each task's parameters, in task order; none without a sweep."""
+    if not sweep:
+        return []
+    names = [name for name, _ in sweep]
+    return [
+        dict(zip(names, combo, strict=True)) for combo in itertools.product(*(v for _, v in sweep))
+    ]
+
+
+def task_args(params: Mapping[str, str]) -> list[str]:
+    return [word for name, value in params.items() for word in (f"--{name}", value)]
+
+
+def describe(params: Mapping[str, str]) -> str:
+    return " ".join(f"{name}={value}" for name, value in params.items())
+
+
+def write_table(run_dir: Path, sweep: Sweep) -> None:
+    rows = [{"task": k, "params": p} for k, p in enumerate(tasks(sweep))]
+    (run_dir / TABLE).write_text(json.dumps({"tasks": rows}, indent=1) + "\n", encoding="utf-8")
+
+
+def read_table(run_dir: Path) -> dict[int, dict[str, str]]:
+    """Task number to parameters, from a run folder's ``sweep.json``; {} when there is none or
+    it is not what clustertrain wrote."""
+    from clustertrain.runs import RunFolderError, read_regular
+
+    try:
+        data = json.loads(read_regular(run_dir / TABLE, 16 << 20).decode("utf-8"))
+        rows = data["tasks"]
+        table = {int(r["task"]): {str(k): str(v) for k, v in r["params"].items()} for r in rows}
+    except (RunFolderError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    return {k: v for k, v in table.items() if 0 <= k < MAX_TASKS}
