@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = ["jobs/mnist.yaml", "--nodes", "2", "--sbatch-option=--hold"]
 
 
+def _slurm_env() -> dict[str, str]:
+    from clustertrain.slurm import slurm_environ
+
+    return slurm_environ()
+
+
 def _submit(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "clustertrain", "submit", *BASE, *args],
@@ -49,16 +55,16 @@ def main() -> None:
         rows.append(
             (f"{args.tasks} separate submissions", time.perf_counter() - start, f"{work}/separate")
         )
-        subprocess.run(["scancel", *array, *separate], check=True)
+        subprocess.run(["scancel", *array, *separate], check=True, env=_slurm_env())
         folders = [len(list(Path(folder).iterdir())) for _, _, folder in rows]
     base = rows[0][1]
+    jobs = [f"1 array of {args.tasks} tasks", f"{args.tasks} jobs"]
     text = (
         f"`python -m bench.sweep`: {args.tasks} tasks of a 2-node job, submitted held.\n\n"
-        "| submitted as | wall time | vs the array | Slurm jobs | run folders |\n"
+        "| submitted as | wall time | vs the array | in Slurm | run folders |\n"
         "|---|---|---|---|---|\n"
         + "".join(
-            f"| {name} | {seconds:.2f} s | {seconds / base:.1f}x | {1 if k == 0 else args.tasks} "
-            f"| {folders[k]} |\n"
+            f"| {name} | {seconds:.2f} s | {seconds / base:.1f}x | {jobs[k]} | {folders[k]} |\n"
             for k, (name, seconds, _) in enumerate(rows)
         )
     )
