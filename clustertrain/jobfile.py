@@ -148,3 +148,17 @@ def parse(data: bytes, path: str = "<job file>") -> Any:
         raise FieldError(
             "job file", path, f"is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}"
         ) from None
+
+
+def flag_mapping(field: str, items: Any, example: str) -> Any:
+    """Repeated ``KEY=VALUE`` flags as the mapping a job file would hold; other values as
+    given (the field's own check refuses what is not a mapping)."""
+    if not isinstance(items, list | tuple):
+        return items
+    pairs = []
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise FieldError(field, item, f"must be KEY=VALUE, e.g. {example}")
+        key, _, value = item.partition("=")
+        pairs.append((key, value))
+    return dict(pairs)

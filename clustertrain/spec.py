@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 
 from clustertrain import protocol, sbatch, sweep
 from clustertrain.errors import FieldError
-from clustertrain.jobfile import Plain
+from clustertrain.jobfile import Plain, flag_mapping
 from clustertrain.sweep import Sweep
 
 Launcher = Literal["torchrun", "accelerate"]
@@ -331,14 +331,7 @@ def _args(name: str, value: Any) -> tuple[str, ...]:
 
 
 def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
-    if isinstance(value, list | tuple):
-        pairs = []
-        for item in value:
-            if not isinstance(item, str) or "=" not in item:
-                raise FieldError(name, item, "must be KEY=VALUE, e.g. --env OMP_NUM_THREADS=1")
-            key, _, val = item.partition("=")
-            pairs.append((key, val))
-        value = dict(pairs)
+    value = flag_mapping(name, value, "--env OMP_NUM_THREADS=1")
     if not isinstance(value, Mapping):
         raise FieldError(name, value, "must be a mapping of KEY: value")
     checked = []

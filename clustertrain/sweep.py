@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain.errors import FieldError
+from clustertrain.jobfile import flag_mapping
 
 Sweep = tuple[tuple[str, tuple[str, ...]], ...]
 MAX_TASKS = 10_000
@@ -32,13 +33,8 @@ _MAX_VALUE = 256
 def parse(field: str, value: Any) -> Sweep:
     """A job file's mapping ``{name: [values]}`` or the flags' ``["name=v1,v2", ...]``."""
     if isinstance(value, list | tuple):
-        pairs = []
-        for item in value:
-            if not isinstance(item, str) or "=" not in item:
-                raise FieldError(field, item, "must be NAME=V1,V2, e.g. --sweep lr=0.1,0.2")
-            name, _, values = item.partition("=")
-            pairs.append((name, values.split(",")))
-        value = dict(pairs)
+        flags = flag_mapping(field, value, "--sweep lr=0.1,0.2")
+        value = {name: values.split(",") for name, values in flags.items()}
     if not isinstance(value, Mapping):
         raise FieldError(field, value, "must be a mapping of name: [values], e.g. lr: [0.1, 0.2]")
     checked = tuple(
