@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from clustertrain import sweep
 from clustertrain.errors import UserError
-from clustertrain.spec import JobSpec, format_time, time_seconds
+from clustertrain.fields import format_time, time_seconds
+from clustertrain.spec import JobSpec
 
 # sinfo's short node states that cannot run a job now or soon (sinfo(1), NODE STATE CODES).
 _UNUSABLE = ("down", "drain", "drng", "fail", "futr", "inval", "maint", "npc", "reboot")

@@ -21,10 +21,10 @@ from typing import Any
 
 from clustertrain import events, protocol, sweep
 from clustertrain.errors import UserError
+from clustertrain.fields import LAUNCHERS
 from clustertrain.local import LOCAL_ID
 from clustertrain.render import RenderedJob
 from clustertrain.slurm import JOB_ID
-from clustertrain.spec import LAUNCHERS
 
 RECORD = "job.json"
 DEFAULT_RUNS_DIR = "runs"

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustertrain.errors import UserError
+from clustertrain.fields import time_seconds
 from clustertrain.preflight import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.render import RenderedJob
-from clustertrain.spec import time_seconds
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 

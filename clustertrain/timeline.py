@@ -66,7 +66,8 @@ class Attempt:
         )
         phases = [Phase("start-up", self.start, ready)]
         saved = [e.time for e in self.events if e.name == "checkpoint"]
-        useful_end = self.end if self.clean or not saved else max(saved[-1], ready)
+        # An attempt that did not end cleanly keeps only what its last checkpoint holds.
+        useful_end = self.end if self.clean else max(saved[-1] if saved else ready, ready)
         phases.append(Phase("training", ready, useful_end))
         if useful_end < self.end:
             phases.append(Phase("lost", useful_end, self.end))

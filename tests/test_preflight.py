@@ -49,3 +49,12 @@ def test_possible_requests_pass() -> None:
 def test_units() -> None:
     assert memory_mb("64G") == 65536 and memory_mb("512") == 512 and memory_mb("0") == 0
     assert gpu_count("gpu:a100:4(S:0-1),gpu:v100:2") == 6 and gpu_count("(null)") == 0
+
+
+def test_a_sweep_larger_than_max_array_size_is_refused() -> None:
+    import dataclasses
+
+    site = dataclasses.replace(CLUSTER, max_array_size=4)
+    check(build_spec(nodes=1, sweep=["lr=1,2", "seed=1,2"]), site)
+    with pytest.raises(UserError, match=r"^sweep: 6 tasks exceed this site's MaxArraySize=4"):
+        check(build_spec(nodes=1, sweep=["lr=1,2,3", "seed=1,2"]), site)

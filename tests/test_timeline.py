@@ -44,6 +44,7 @@ def _write(path: Path, rows: list[tuple[float, str, int, dict]], t0: float = 1e9
 
 
 def _read(tmp_path: Path, rows: list[tuple[float, str, int, dict]]) -> list[events.Event]:
+    tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "events.jsonl"
     _write(path, rows)
     return events.read(path)
@@ -77,6 +78,11 @@ def test_training_after_the_last_checkpoint_of_a_killed_attempt_is_lost(tmp_path
         ("training", 11.0),
         ("lost", 15.0),
     ]
+    # Killed before its first checkpoint: all of its training is lost.
+    early = [row for row in killed if row[1] != "checkpoint"]
+    attempt = timeline.attempts(_read(tmp_path / "early", early))[0]
+    assert [(p.name, p.end - 1e9) for p in attempt.phases()] == [("start-up", 7.0), ("lost", 15.0)]
+    assert timeline.goodput([attempt]) == 0.0
 
 
 def test_progress_says_where_the_newest_attempt_is_and_how_long_is_left(tmp_path: Path) -> None:

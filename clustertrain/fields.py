@@ -1,0 +1,293 @@
+"""One check per job-file field: each turns a value from a job file or a flag into the spec's
+type, or raises :class:`FieldError` naming the field, the value and the fix.
+
+:data:`VALIDATORS` maps every field of :class:`clustertrain.spec.JobSpec` to its check.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
+
+from clustertrain import protocol, sbatch, sweep
+from clustertrain.errors import FieldError
+from clustertrain.jobfile import Plain, flag_mapping
+
+Launcher = Literal["torchrun", "accelerate"]
+LAUNCHERS: tuple[str, ...] = get_args(Launcher)
+
+# Slurm's own names (partition, account, qos) are plain words; refusing the rest costs nothing.
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEM = re.compile(r"\d+[KMGT]?")
+_DEPENDENCY = re.compile(r"[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*|singleton")
+_CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|\[\]*:()!-]{1,256}")
+_MAIL_TYPES = {
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+}
+# Linux interface names (at most 15 bytes, no '/', ':' or space), comma-separated for gloo.
+_IFNAMES = re.compile(r"[A-Za-z0-9_.-]{1,15}(?:,[A-Za-z0-9_.-]{1,15})*")
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
+# Slurm's time formats (sbatch(1), --time); "25:99" is minutes:seconds with 99 seconds: refused.
+_TIME = re.compile(
+    r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?)"
+    r"|(?:(?P<h>\d+):(?P<m>\d+):(?P<s>\d+))|(?:(?P<mm>\d+):(?P<ss>\d+))|(?P<min>\d+)"
+)
+_MAX_TIME_S = 365 * 24 * 3600
+
+
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _int(low: int, high: int) -> Any:
+    def check(name: str, value: Any) -> int:
+        valid = f"must be an integer from {low} to {high}"
+        if isinstance(value, Plain):  # unquoted in a job file: decimal digits only
+            if re.fullmatch(r"0[0-9]+", value):
+                raise FieldError(name, value, valid + ", without a leading zero")
+            if not re.fullmatch(r"-?[0-9]{1,12}", value):
+                raise FieldError(name, value, valid)
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise FieldError(name, value, valid)
+        return value
+
+    return check
+
+
+def _optional_int(low: int, high: int) -> Any:
+    check_int = _int(low, high)
+    return lambda name, value: None if value is None else check_int(name, value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise FieldError(name, value, "must be true or false")
+    return value
+
+
+def _text(name: str, value: Any, max_len: int = 4096) -> str:
+    if not isinstance(value, str):
+        raise FieldError(name, value, "must be a string")
+    if "\x00" in value:
+        raise FieldError(name, value, "must not contain a NUL byte")
+    if len(value) > max_len:
+        raise FieldError(name, value[:40] + "...", f"must be at most {max_len} characters")
+    return str(value)
+
+
+def _pattern(regex: re.Pattern[str], valid: str) -> Any:
+    def check(name: str, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not regex.fullmatch(value):
+            raise FieldError(name, value, valid)
+        return value
+
+    return check
+
+
+def _name(name: str, value: Any) -> str:
+    text = _text(name, value, max_len=128)
+    if not text or not text.isprintable() or "%" in text or sbatch.UNSAFE.search(text):
+        raise FieldError(
+            name,
+            value,
+            "must be 1-128 printable characters without '%', '\"' or '\\' (e.g. mnist-ddp)",
+        )
+    return text
+
+
+def time_seconds(text: str) -> int | None:
+    """Seconds in a Slurm time limit string, or None if it is not one Slurm accepts."""
+    match = _TIME.fullmatch(text)
+    if not match:
+        return None
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    days, hours = g.get("d", 0), g.get("h", g.get("dh", 0))
+    minutes = g.get("m", g.get("dm", g.get("mm", g.get("min", 0))))
+    seconds = g.get("s", g.get("ds", g.get("ss", 0)))
+    bounded_minutes = "min" not in g and ("h" in g or "dm" in g)
+    if seconds > 59 or (bounded_minutes and minutes > 59) or ("dh" in g and hours > 23):
+        return None
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _time(name: str, value: Any) -> str:
+    """Validate a Slurm time limit and normalise it to [D-]HH:MM:SS."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    total = time_seconds(text) if isinstance(text, str) else None
+    valid = "use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 01:30:00)"
+    if total is None:
+        raise FieldError(name, value, valid)
+    if not 60 <= total <= _MAX_TIME_S:
+        raise FieldError(name, value, "must be between 1 minute and 365 days; " + valid)
+    return format_time(total)
+
+
+def format_time(seconds: int) -> str:
+    """Seconds as Slurm's [D-]HH:MM:SS."""
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _launcher(name: str, value: Any) -> str:
+    if value not in LAUNCHERS:
+        raise FieldError(name, value, "must be one of: " + ", ".join(LAUNCHERS))
+    return str(value)
+
+
+def _module(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 256 or not _MODULE.fullmatch(value):
+        raise FieldError(name, value, "must be a dotted Python module name, e.g. jobs.mnist.train")
+    return value
+
+
+def _script(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    text = _text(name, value, max_len=1024)
+    if not text or text.startswith("-") or not text.isprintable():
+        raise FieldError(
+            name, value, "must be the path of a Python script, e.g. jobs/mnist/train.py"
+        )
+    return text
+
+
+def _args(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise FieldError(name, value, "must be a list of strings, e.g. [--epochs, '3']")
+    return tuple(_text(f"{name}[{i}]", _as_text(f"{name}[{i}]", v)) for i, v in enumerate(value))
+
+
+def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
+    value = flag_mapping(name, value, "--env OMP_NUM_THREADS=1")
+    if not isinstance(value, Mapping):
+        raise FieldError(name, value, "must be a mapping of KEY: value")
+    checked = []
+    for key, val in value.items():
+        if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
+            raise FieldError(
+                f"{name} key", key, "must be a shell variable name like OMP_NUM_THREADS"
+            )
+        if _reserved_env_key(key):
+            raise FieldError(
+                f"{name} key",
+                key,
+                "is read by bash, Slurm, the launcher or clustertrain's own scripts; "
+                "use the matching field (e.g. --venv, --cpus-per-task) or another name",
+            )
+        checked.append((key, _text(f"{name}.{key}", _as_text(f"{name}.{key}", val))))
+    return tuple(checked)
+
+
+def _as_text(name: str, value: Any) -> Any:
+    """A value where text is meant. Job files keep unquoted scalars as written (``1.10`` stays
+    1.10, ``on`` stays on, see clustertrain.jobfile); a number given explicitly (Python, a
+    ``!!int`` tag) is its decimal text; true/false is refused rather than guessed."""
+    if isinstance(value, bool):
+        raise FieldError(name, value, f"must be text; quote it in the job file ('{value}')")
+    return str(value) if isinstance(value, int | float) else value
+
+
+# Bash's own variables: they run code (BASH_ENV, ENV, PROMPT_COMMAND), change how the script
+# is read (SHELLOPTS, BASHOPTS, IFS, GLOBIGNORE, CDPATH) or are read-only (UID, EUID, PPID...).
+_BASH_VARIABLES = frozenset(
+    """
+    ENV SHELLOPTS BASHOPTS IFS PS4 PROMPT_COMMAND GLOBIGNORE CDPATH POSIXLY_CORRECT
+    UID EUID PPID GROUPS RANDOM SRANDOM SECONDS LINENO OPTIND OPTARG OPTERR HOSTNAME HOSTTYPE
+    MACHTYPE OSTYPE PWD OLDPWD SHELL SHLVL FUNCNAME HISTFILE TMOUT EPOCHREALTIME EPOCHSECONDS
+    PIPESTATUS REPLY COMP_WORDBREAKS DIRSTACK
+    """.split()  # noqa: SIM905 - a word list reads better than a hundred quoted strings
+)
+
+
+def _reserved_env_key(key: str) -> bool:
+    upper = key.upper()
+    return (
+        upper in _BASH_VARIABLES
+        or upper.startswith(("BASH", "COMP_", *protocol.SCRIPT_PREFIXES))
+        or key in protocol.SCRIPT_VARIABLES
+    )
+
+
+def _sbatch_options(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise FieldError(name, value, "must be a list like ['--reservation=gpu-maint']")
+    for option in value:
+        if not isinstance(option, str):
+            raise FieldError(name, option, "must look like --option or --option=value")
+        problem = sbatch.option_problem(option)
+        if problem:
+            raise FieldError(name, option, problem)
+    return tuple(str(option) for option in value)
+
+
+def _mail_type(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    types = value.split(",") if isinstance(value, str) else [value]
+    if not all(t in _MAIL_TYPES for t in types):
+        raise FieldError(name, value, "must be a comma list of " + ", ".join(sorted(_MAIL_TYPES)))
+    return str(value)
+
+
+def _venv(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    text = _text(name, value, max_len=1024)
+    if not text.startswith("/") or not text.isprintable():
+        raise FieldError(name, value, "must be the absolute path of a virtual environment")
+    return text
+
+
+VALIDATORS: dict[str, Any] = {
+    "name": _name,
+    "nodes": _int(1, 10_000),
+    "gpus_per_node": _int(0, 64),
+    "procs_per_node": _optional_int(1, 256),
+    "gpus_as_gres": _bool,
+    "cpus_per_task": _int(1, 4096),
+    "time": _time,
+    "launcher": _launcher,
+    "script": _script,
+    "module": _module,
+    "args": _args,
+    "env": _env,
+    "partition": _pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug"),
+    "account": _pattern(_SLURM_NAME, "must be a Slurm account name like proj-123"),
+    "qos": _pattern(_SLURM_NAME, "must be a Slurm QOS name like normal"),
+    "constraint": _pattern(_CONSTRAINT, "must be a Slurm feature expression like 'a100&ib'"),
+    "exclusive": _bool,
+    "mem": _pattern(_MEM, "must be a size like 64G or 0 (all of a node's memory)"),
+    "mail_type": _mail_type,
+    "mail_user": _pattern(_EMAIL, "must be an e-mail address"),
+    "dependency": _pattern(_DEPENDENCY, "must be like afterok:123 or afterany:1:2"),
+    "sbatch_options": _sbatch_options,
+    "signal_lead_s": _int(10, 65535),
+    "max_restarts": _int(0, 100),
+    "max_requeues": _int(0, 100),
+    "requeue_on_node_failure": _bool,
+    "node_check": _bool,
+    "rdzv_timeout_s": _int(10, 3600),
+    "socket_ifname": _pattern(_IFNAMES, "must be interface names like eth0 or ib0,ib1"),
+    "venv": _venv,
+    "sweep": sweep.parse,
+    "max_parallel": _optional_int(1, sweep.MAX_TASKS),
+}
