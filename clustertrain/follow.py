@@ -52,14 +52,25 @@ class LogFile:
 
 def list_log_files(logs: Path, job_id: str) -> list[LogFile]:
     """Every log file of a job, attempt by attempt: the batch shell first, then each node."""
-    found: list[LogFile] = []
+    return _scan(logs, job_id, lambda folder: True)
+
+
+def _scan(
+    logs: Path,
+    job_id: str,
+    list_attempt: Callable[[os.DirEntry[str]], bool],
+    known: Container[str] = (),
+) -> list[LogFile]:
+    """The log files under ``logs`` (never through a symlinked ``logs``), in order; node files
+    only from the attempt folders ``list_attempt`` accepts, leaving out the ``known`` ones."""
     if logs.is_symlink() or not logs.is_dir():
-        return found
+        return []
+    found: list[LogFile] = []
     for entry in _entries(str(logs)):
         found.extend(_batch_log(entry, job_id))
         attempt = _ATTEMPT.fullmatch(entry.name)
-        if attempt and entry.is_dir(follow_symlinks=False):
-            found.extend(_node_logs(entry.path, int(attempt[1])))
+        if attempt and entry.is_dir(follow_symlinks=False) and list_attempt(entry):
+            found.extend(_node_logs(entry.path, int(attempt[1]), known))
     return sorted(found, key=lambda log: log.key)
 
 
@@ -145,14 +156,11 @@ class Tail:
         rescan = now >= self._next_rescan
         if rescan:
             self._next_rescan = now + RESCAN_S
-        new: list[LogFile] = []
-        for entry in _entries(str(self.logs)):
-            new.extend(_batch_log(entry, self.job_id))
-            attempt = _ATTEMPT.fullmatch(entry.name)
-            if attempt and entry.is_dir(follow_symlinks=False) and self._changed(entry, rescan):
-                new.extend(_node_logs(entry.path, int(attempt[1]), self.files))
+        new = _scan(
+            self.logs, self.job_id, lambda folder: self._changed(folder, rescan), self.files
+        )
         first = not self._order
-        for log in sorted(new, key=lambda s: s.key):
+        for log in new:
             path = str(log.path)
             if path not in self.files and self.wants(log):
                 self.files[path] = _Tracked(log)

@@ -79,6 +79,19 @@ def test_symlinked_logs_are_not_followed(tmp_path: Path) -> None:
     assert list(logs.read_all(run, logs.Filter())) == []
 
 
+def test_a_symlinked_logs_folder_is_not_followed(tmp_path: Path) -> None:
+    run = _make_run(tmp_path / "runs", "4")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "attempt-0").mkdir(parents=True)
+    (elsewhere / "attempt-0" / "node1.out").write_text("do not show\n")
+    (elsewhere / "slurm-4.out").write_text("do not show\n")
+    run.logs_dir.rmdir()
+    run.logs_dir.symlink_to(elsewhere)
+    now = [0.0]
+    tail = follow.Tail(run.logs_dir, "4", lambda log: True, lambda: now[0])
+    assert list(tail.poll()) == [] and list(tail.finish()) == []
+
+
 def test_follow_prints_lines_as_written_and_returns_the_final_state(tmp_path: Path) -> None:
     run = _make_run(tmp_path, "5")
     node_log = run.logs_dir / "attempt-0" / "node1.out"
