@@ -75,7 +75,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> s
     found = {view.job_id: events.read(view.events_path) for view in views}
     origin = min((e.time for seen in found.values() for e in seen), default=0.0)
     lanes = fig.add_subplot(grid[2, :])
-    allocated = useful = 0.0
+    every: list[timeline.Attempt] = []
     seen: set[str] = set()
     for k, view in enumerate(views):
         number = int(view.job_id.rpartition("_")[2])
@@ -86,7 +86,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> s
         for attempt in attempts:
             _curves(axes, attempt, origin, colour, label if attempt.number == 0 else None)
             phases += attempt.phases()
-            allocated += attempt.end - attempt.start
+        every += attempts
         for phase in phases:
             shown = phase.name not in seen
             seen.add(phase.name)
@@ -95,7 +95,6 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> s
                 color=PHASE_COLOURS[phase.name], edgecolor=colour, lw=1.5,
                 label=phase.name if shown else None,
             )  # fmt: skip
-            useful += phase.seconds if phase.name == "training" else 0.0
     lanes.set_yticks(range(len(views)), [f"task {v.job_id.rpartition('_')[2]}" for v in views])
     lanes.invert_yaxis()
     lanes.set_xlabel("wall time since queued (s)")
@@ -103,7 +102,8 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> s
     lanes.set_xlim(left=0)
     if seen:
         lanes.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
-    share = f", goodput {100 * useful / allocated:.0f} %" if allocated else ""
+    good = timeline.goodput(every)
+    share = f", goodput {100 * good:.0f} %" if good is not None else ""
     return f"sweep {run.job_id} ({printable(run.name)}): {len(views)} tasks{share}"
 
 

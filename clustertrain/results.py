@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from clustertrain import events, sweep, timeline
-from clustertrain.runs import Run, printable, tasks
+from clustertrain.runs import Run, printable, task
 from clustertrain.slurm import JobState
 
 
@@ -29,14 +29,14 @@ def rows(run: Run, state: JobState) -> list[Row]:
     table = sweep.read_table(run.path)
     states = dict(state.tasks)
     found = []
-    for view in tasks(run):
-        number = int(view.job_id.rpartition("_")[2])
+    for number in sorted(table):
+        view = task(run, number)
         final = view.final_metrics() or {}
         attempts = timeline.attempts(events.read(view.events_path))
         found.append(
             Row(
                 task=number,
-                params=table.get(number, {}),
+                params=table[number],
                 state=states.get(number, state.state if not state.tasks else "UNKNOWN"),
                 test_acc=_number(final.get("test_acc")),
                 time_to_target_s=_number(final.get("time_to_target_s")),
