@@ -128,7 +128,7 @@ def lost_nodes(run: Run) -> list[str]:
 
 def _views(run: Run) -> list[tuple[str, Run]]:
     """What to read: the job, or each task of a sweep with a ``task K `` prefix."""
-    return [(f"task {t.job_id.rpartition('_')[2]} ", t) for t in tasks(run)] or [("", run)]
+    return [(f"task {t.task_number} ", t) for t in tasks(run)] or [("", run)]
 
 
 def read_all(run: Run, filters: Filter) -> Iterator[str]:

@@ -78,7 +78,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> s
     every: list[timeline.Attempt] = []
     seen: set[str] = set()
     for k, view in enumerate(views):
-        number = int(view.job_id.rpartition("_")[2])
+        number = view.task_number or 0
         label = printable(f"task {number}: {sweep.describe(table.get(number, {}))}")[:60]
         colour = COLOURS[k % len(COLOURS)]
         attempts = timeline.attempts(found[view.job_id])
@@ -95,7 +95,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> s
                 color=PHASE_COLOURS[phase.name], edgecolor=colour, lw=1.5,
                 label=phase.name if shown else None,
             )  # fmt: skip
-    lanes.set_yticks(range(len(views)), [f"task {v.job_id.rpartition('_')[2]}" for v in views])
+    lanes.set_yticks(range(len(views)), [f"task {v.task_number}" for v in views])
     lanes.invert_yaxis()
     lanes.set_xlabel("wall time since queued (s)")
     lanes.set_title("tasks: each lane a task, its attempts and its waits in the queue", fontsize=11)

@@ -98,6 +98,12 @@ class Run:
     launcher: str
 
     @property
+    def task_number(self) -> int | None:
+        """K for task ``ID_K`` of a sweep; None for a job or a whole array."""
+        _, sep, number = self.job_id.partition("_")
+        return int(number) if sep else None
+
+    @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
 
@@ -182,7 +188,7 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
 
 def tasks(run: Run) -> list[Run]:
     """A sweep's tasks as runs of their own (``ID_K``, folder ``tasks/K``); [] for a job."""
-    if "_" in run.job_id:
+    if run.task_number is not None:
         return []
     table = sweep.read_table(run.path)
     return [task(run, k) for k in sorted(table)]
