@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustertrain import runs
+from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob
 
 if TYPE_CHECKING:
@@ -93,9 +94,12 @@ def run_local(
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if job.spec.sweep:
-        from clustertrain.errors import UserError
-
         raise UserError("sweep: a local run is one job; submit a sweep to Slurm (job array)")
+    if job.spec.container_image:
+        raise UserError(
+            f"container_image: a local run uses this machine's Python, not "
+            f"{job.spec.container_image}; submit the job to Slurm to run it in the container"
+        )
     path = runs.write_run_files(job)
     supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.local", str(path)])
     local.write_state(path, pid=supervisor.pid, start_time=procs.start_time(supervisor.pid))

@@ -16,6 +16,8 @@ from clustertrain.jobfile import Plain, flag_mapping
 
 Launcher = Literal["torchrun", "accelerate"]
 LAUNCHERS: tuple[str, ...] = get_args(Launcher)
+ContainerRuntime = Literal["pyxis", "apptainer", "oci"]
+CONTAINER_RUNTIMES: tuple[str, ...] = get_args(ContainerRuntime)
 
 # Slurm's own names (partition, account, qos) are plain words; refusing the rest costs nothing.
 _SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
@@ -176,8 +178,11 @@ def _args(name: str, value: Any) -> tuple[str, ...]:
     return tuple(_text(f"{name}[{i}]", _as_text(f"{name}[{i}]", v)) for i, v in enumerate(value))
 
 
-def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
-    value = flag_mapping(name, value, "--env OMP_NUM_THREADS=1")
+def _env(
+    name: str, value: Any, allowed: frozenset[str] = frozenset()
+) -> tuple[tuple[str, str], ...]:
+    """KEY=VALUE pairs; keys the scripts or bash read themselves are refused, but ``allowed``."""
+    value = flag_mapping(name, value, f"--{name.replace('_', '-')} OMP_NUM_THREADS=1")
     if not isinstance(value, Mapping):
         raise FieldError(name, value, "must be a mapping of KEY: value")
     checked = []
@@ -186,7 +191,7 @@ def _env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
             raise FieldError(
                 f"{name} key", key, "must be a shell variable name like OMP_NUM_THREADS"
             )
-        if _reserved_env_key(key):
+        if _reserved_env_key(key) and key not in allowed:
             raise FieldError(
                 f"{name} key",
                 key,
@@ -257,6 +262,40 @@ def _venv(name: str, value: Any) -> str | None:
     return text
 
 
+# Image names (nvcr.io#nvidia/pytorch:24.01-py3, docker://..., /images/torch.sif): one word,
+# never an option of the runtime's own command line.
+_IMAGE = re.compile(r"[A-Za-z0-9_./:#@+=~][A-Za-z0-9_./:#@+=~-]{0,1023}")
+# pyxis and apptainer both read mounts as a comma-separated list of SRC[:DST[:FLAGS]].
+_MOUNT_PATH = r"/[A-Za-z0-9_./@+=~-]*"
+_MOUNT = re.compile(rf"(?P<src>{_MOUNT_PATH})(?::(?P<dst>{_MOUNT_PATH}))?(?::(?P<mode>ro|rw))?")
+
+
+def _container_runtime(name: str, value: Any) -> str | None:
+    if value is not None and value not in CONTAINER_RUNTIMES:
+        raise FieldError(name, value, "must be one of: " + ", ".join(CONTAINER_RUNTIMES))
+    return value
+
+
+def _container_mounts(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise FieldError(name, value, "must be a list like ['/datasets:/data:ro']")
+    for mount in value:
+        if not isinstance(mount, str) or not _MOUNT.fullmatch(mount):
+            raise FieldError(
+                name,
+                mount,
+                "must be SRC[:DST[:ro]] with absolute paths of letters, digits and _./@+=~- "
+                "(e.g. /datasets:/data:ro)",
+            )
+    return tuple(str(mount) for mount in value)
+
+
+def _container_env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
+    # PATH too: an image's tools may live elsewhere (/opt/conda/bin), and only the container
+    # side reads these.
+    return _env(name, value, allowed=frozenset({"PATH"}))
+
+
 VALIDATORS: dict[str, Any] = {
     "name": _name,
     "nodes": _int(1, 10_000),
@@ -290,4 +329,10 @@ VALIDATORS: dict[str, Any] = {
     "venv": _venv,
     "sweep": sweep.parse,
     "max_parallel": _optional_int(1, sweep.MAX_TASKS),
+    "container_image": _pattern(
+        _IMAGE, "must be one image name or path, e.g. /images/torch.sif or nvcr.io#nvidia/pytorch"
+    ),
+    "container_runtime": _container_runtime,
+    "container_mounts": _container_mounts,
+    "container_env": _container_env,
 }

@@ -112,6 +112,8 @@ def main(argv: list[str]) -> int:
             os.environ.get("SLURM_NODEID") == "0",
         )
         folder.mkdir(parents=True, exist_ok=True)
+        if found.get("interface"):
+            (folder / f"{found['node']}.ifname").write_text(found["interface"], encoding="utf-8")
         (folder / f"{found['node']}.json").write_text(json.dumps(found), encoding="utf-8")
         return 0
     probes = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from clustertrain import sweep
 from clustertrain.errors import UserError
@@ -50,6 +51,9 @@ class ClusterInfo:
     partitions: tuple[Partition, ...]
     nodes: tuple[Node, ...]
     max_array_size: int | None = None  # MaxArraySize: array indices must stay below it
+    # The container runtimes this cluster offers (None: not asked), and why each other is not.
+    container_runtimes: frozenset[str] | None = None
+    missing_runtimes: tuple[tuple[str, str], ...] = ()
 
     def partition(self, name: str | None) -> Partition | None:
         for part in self.partitions:
@@ -66,6 +70,18 @@ def check(spec: JobSpec, cluster: ClusterInfo) -> None:
         raise UserError(
             f"sweep: {count} tasks exceed this site's MaxArraySize={cluster.max_array_size}; "
             f"sweep fewer values, or split it into several submissions{skip}"
+        )
+    runtime = spec.container_runtime
+    if (
+        runtime
+        and cluster.container_runtimes is not None
+        and runtime not in cluster.container_runtimes
+    ):
+        why = dict(cluster.missing_runtimes).get(runtime, "not found")
+        offered = ", ".join(sorted(cluster.container_runtimes)) or "none"
+        raise UserError(
+            f"container_runtime: {runtime} is not installed on this cluster ({why}); "
+            f"runtimes here: {offered}{skip}"
         )
     part = cluster.partition(spec.partition)
     names = ", ".join(p.name for p in cluster.partitions) or "none"
@@ -122,3 +138,22 @@ def memory_mb(text: str) -> int:
 def gpu_count(gres: str) -> int:
     """GPUs in sinfo's GRES column: ``gpu:2``, ``gpu:a100:4(S:0-1)``, ``(null)``."""
     return sum(int(count) for count in _GPU_GRES.findall(gres))
+
+
+def check_image(spec: JobSpec) -> None:
+    """An OCI image is a folder on a filesystem the nodes share: refuse one this host does not
+    have, or one without /etc/hosts to mount the node's on (runc cannot create it in a
+    read-only image). The one check here that reads this host's files."""
+    if spec.container_runtime != "oci" or spec.container_image is None:
+        return
+    image = Path(spec.container_image)
+    if not image.is_dir():
+        raise UserError(
+            f"container_image: {spec.container_image} is not a folder here; give the root "
+            "filesystem of an image (e.g. one made with mmdebstrap) on a shared filesystem"
+        )
+    if not (image / "etc" / "hosts").is_file():
+        raise UserError(
+            f"container_image: {spec.container_image} has no etc/hosts, on which the node's is "
+            f"mounted; create it once: touch {spec.container_image}/etc/hosts"
+        )

@@ -34,6 +34,11 @@ ENV_EVENTS_FILE = "CLUSTERTRAIN_EVENTS_FILE"
 # (``python -m clustertrain.netif``), unless the job sets them (socket_ifname).
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
+# Each node's node-check record, under the attempt's log folder: <node>.json for the verdict,
+# and <node>.ifname, the interface a container's launch script reads (the image need not have
+# clustertrain to find it).
+NODE_CHECK_DIR = "node-check"
+
 # Variables the batch and launch scripts set and read themselves (and those the launchers set
 # for each rank): a user's value for one would change what the scripts do.
 SCRIPT_VARIABLES = frozenset(

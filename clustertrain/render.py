@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from clustertrain import __version__, protocol, sbatch, sweep
+from clustertrain import __version__, container, protocol, sbatch, sweep
 from clustertrain.errors import UserError
 from clustertrain.spec import JobSpec
 from clustertrain.templates import render_template
@@ -48,6 +48,8 @@ class RenderedJob:
     launch_argv: tuple[str, ...]
     batch_script: str
     launch_script: str
+    # An OCI job's bundle configuration (clustertrain.container.oci_config), else None.
+    container_config: str | None = None
 
     @property
     def batch_path(self) -> str:
@@ -63,6 +65,12 @@ class RenderedJob:
             f"#### {self.batch_path} (handed to sbatch)\n{self.batch_script}"
             f"#### {self.launch_path} (run by srun on every node)\n{self.launch_script}"
         )
+        if self.container_config is not None:
+            text += (
+                f"#### {container.bundle_path(self.run_dir)}/config.json (the OCI bundle srun "
+                f"--container runs; its rootfs/ is empty, the image is mounted on it)\n"
+                f"{self.container_config}"
+            )
         table = sweep.tasks(self.spec.sweep)
         if table:
             text += f"#### the sweep: {len(table)} array tasks ({sweep.TABLE})\n" + "".join(
@@ -87,10 +95,17 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
                 f"{what}: {path!r} cannot be given to Slurm (it must be absolute, without '%', "
                 "'\"', '\\' or control characters); use another folder"
             )
+    if spec.container_runtime in ("pyxis", "apptainer"):
+        for what, path in (("runs dir", run_dir), ("working directory", workdir)):
+            if "," in path or ":" in path:
+                raise UserError(
+                    f"{what}: {path!r} cannot be mounted by {spec.container_runtime}, which "
+                    "reads ',' and ':' as separators; use a folder without them"
+                )
     launch_argv = launcher_argv(spec)
     directives = sbatch_directives(spec, run_dir, workdir)
     context = {
-        **_context(spec, run_dir, launch_argv),
+        **_context(spec, run_dir, workdir, launch_argv),
         "directives": directives,
     }
     return RenderedJob(
@@ -100,13 +115,16 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         launch_argv=launch_argv,
         batch_script=render_template("sbatch.sh.j2", **context),
         launch_script=render_template("launch.sh.j2", **context),
+        container_config=container.oci_config(spec, run_dir, workdir),
     )
 
 
 _NODECHECK = ("python", "-m", "clustertrain.nodecheck")
 
 
-def _context(spec: JobSpec, run_dir: str, launch_argv: tuple[str, ...]) -> dict[str, Any]:
+def _context(
+    spec: JobSpec, run_dir: str, workdir: str, launch_argv: tuple[str, ...]
+) -> dict[str, Any]:
     """What the templates are given besides the directives; every shell value pre-quoted.
 
     A sweep's task works in ``$TASK_DIR`` (``tasks/K`` of the run folder) and passes its own
@@ -117,6 +135,7 @@ def _context(spec: JobSpec, run_dir: str, launch_argv: tuple[str, ...]) -> dict[
         for k, params in enumerate(sweep.tasks(spec.sweep))
     ]
     lines = _argv_lines(launch_argv) + (['"$@"'] if spec.sweep else [])
+    node_check_dir = Expand(f"$LOG_DIR/{protocol.NODE_CHECK_DIR}")
     return {
         "version": __version__,
         "spec": spec,
@@ -129,17 +148,27 @@ def _context(spec: JobSpec, run_dir: str, launch_argv: tuple[str, ...]) -> dict[
         ),
         "rank_env": [(k, shell_word(v)) for k, v in rank_environment(spec, folder)],
         "protocol": protocol,
-        "srun": _step(spec, "bash", str(PurePosixPath(run_dir, LAUNCH_SCRIPT))),
-        "node_check": _step(spec, *_NODECHECK, "probe", Expand("$LOG_DIR/node-check"))
+        "srun": _step(
+            srun_argv(
+                spec,
+                *container.command_prefix(spec, run_dir, workdir),
+                "bash",
+                str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
+                options=container.srun_options(spec, run_dir, workdir),
+            )
+        ),
+        "node_check_dir": node_check_dir,
+        "node_check": _step(srun_argv(spec, *_NODECHECK, "probe", node_check_dir))
         if spec.node_check
         else "",
+        "container_env": [(k, shlex.quote(v)) for k, v in spec.container_env],
         "launch_lines": lines,
     }
 
 
-def _step(spec: JobSpec, *command: str) -> str:
+def _step(argv: tuple[str, ...]) -> str:
     """An srun line of the batch script, each word quoted unless marked for expansion."""
-    return " ".join(shell_word(w) for w in srun_argv(spec, *command))
+    return " ".join(shell_word(w) for w in argv)
 
 
 def _argv_lines(argv: tuple[str, ...]) -> list[str]:
@@ -247,8 +276,9 @@ def rank_environment(
     return tuple(pairs)
 
 
-def srun_argv(spec: JobSpec, *command: str) -> tuple[str, ...]:
-    """``command`` once per node; ``--kill-on-bad-exit`` ends the step when any node fails.
+def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``command`` once per node; ``--kill-on-bad-exit`` ends the step when any node fails;
+    ``options`` (a container's) go before the command.
 
     ``--cpus-per-task`` again: srun of Slurm 22.05-23.02 does not inherit it from sbatch, and
     where CPUs are bound the step would get one CPU for every rank of the node.
@@ -260,6 +290,7 @@ def srun_argv(spec: JobSpec, *command: str) -> tuple[str, ...]:
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",
         f"--cpus-per-task={spec.cpus_per_task}",
+        *options,
         *command,
     )
 

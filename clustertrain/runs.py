@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from clustertrain import events, protocol, sweep
+from clustertrain import container, events, protocol, sweep
 from clustertrain.errors import UserError
 from clustertrain.fields import LAUNCHERS
 from clustertrain.local import LOCAL_ID
@@ -157,6 +157,10 @@ def write_run_files(job: RenderedJob) -> Path:
         )
         Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
         Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
+        if job.container_config is not None:
+            bundle = Path(container.bundle_path(job.run_dir))
+            (bundle / container.BUNDLE_ROOTFS).mkdir(parents=True)
+            (bundle / "config.json").write_text(job.container_config, encoding="utf-8")
     except OSError as exc:
         shutil.rmtree(path, ignore_errors=True)
         raise UserError(

@@ -12,13 +12,15 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from clustertrain.container import APPTAINER
 from clustertrain.errors import UserError
-from clustertrain.fields import time_seconds
+from clustertrain.fields import CONTAINER_RUNTIMES, time_seconds
 from clustertrain.preflight import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.render import RenderedJob
 
@@ -216,12 +218,29 @@ class Slurm:
                 )
         config = self._call("scontrol", "show", "config")
         array = re.search(r"^MaxArraySize\s*=\s*(\d+)", config.stdout, re.MULTILINE)
+        missing = self._missing_runtimes(config.stdout)
         return ClusterInfo(
             version=version.stdout.strip(),
             partitions=parse_partitions(parts.stdout),
             nodes=parse_nodes(nodes.stdout),
             max_array_size=int(array[1]) if array else None,
+            container_runtimes=frozenset(CONTAINER_RUNTIMES) - {name for name, _ in missing},
+            missing_runtimes=missing,
         )
+
+    def _missing_runtimes(self, config: str) -> tuple[tuple[str, str], ...]:
+        """Each container runtime this cluster lacks, with what shows it. The nodes are taken
+        to have what this host has: Slurm's configuration and the same software."""
+        missing = []
+        if "--container-image" not in self._call("srun", "--help").stdout:
+            missing.append(("pyxis", "srun --help has no --container-image: no pyxis plugin"))
+        if shutil.which(APPTAINER) is None:
+            missing.append(("apptainer", f"no {APPTAINER} on PATH"))
+        conf = re.search(r"^SLURM_CONF\s*=\s*(\S+)", config, re.MULTILINE)
+        oci = Path(conf[1]).with_name("oci.conf") if conf else None
+        if oci is None or not oci.is_file():
+            missing.append(("oci", f"no {oci or 'oci.conf'}: srun --container is ignored"))
+        return tuple(missing)
 
     def node_states(self) -> dict[str, str]:
         """Each node's state (``idle``, ``alloc``...); empty while slurmctld does not answer."""

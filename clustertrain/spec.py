@@ -14,7 +14,7 @@ from typing import Any
 
 from clustertrain import sweep
 from clustertrain.errors import FieldError
-from clustertrain.fields import VALIDATORS, Launcher
+from clustertrain.fields import VALIDATORS, ContainerRuntime, Launcher
 from clustertrain.jobfile import Plain
 from clustertrain.sweep import Sweep
 
@@ -61,12 +61,37 @@ class JobSpec:
     # A job array: each task this job with one combination of values (clustertrain.sweep).
     sweep: Sweep = ()
     max_parallel: int | None = None
+    # The image the launcher and its ranks run in; the batch shell stays on the host
+    # (clustertrain.container).
+    container_image: str | None = None
+    container_runtime: ContainerRuntime | None = None
+    container_mounts: tuple[str, ...] = ()
+    container_env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_parallel is not None and not self.sweep:
             raise FieldError("max_parallel", self.max_parallel, "only applies to a sweep")
+        self._check_container()
         if self.cpus_per_task == 0:
             object.__setattr__(self, "cpus_per_task", max(4, 2 * self.nproc_per_node))
+
+    def _check_container(self) -> None:
+        if self.container_image is None:
+            for name in ("container_runtime", "container_mounts", "container_env"):
+                if getattr(self, name):
+                    raise FieldError(name, getattr(self, name), "needs a container_image")
+        elif self.container_runtime is None:
+            raise FieldError(
+                "container_runtime",
+                None,
+                "name the runtime that runs container_image: pyxis, apptainer or oci",
+            )
+        elif self.container_runtime == "oci" and not self.container_image.startswith("/"):
+            raise FieldError(
+                "container_image",
+                self.container_image,
+                "for oci, must be the absolute path of the image's root filesystem folder",
+            )
 
     @property
     def threads_per_process(self) -> int:
@@ -94,6 +119,8 @@ class JobSpec:
         data["env"] = dict(self.env)
         data["sbatch_options"] = list(self.sbatch_options)
         data["sweep"] = {name: list(values) for name, values in self.sweep}
+        data["container_mounts"] = list(self.container_mounts)
+        data["container_env"] = dict(self.container_env)
         return data
 
 
@@ -167,5 +194,6 @@ _MERGES: dict[str, Any] = {
     "env": _merge_env,
     "sbatch_options": _merge_options,
     "sweep": sweep.merge,
+    "container_env": _merge_env,
 }
 _EITHER = {"script": "module", "module": "script"}

@@ -20,6 +20,7 @@ def submit_job(job: RenderedJob, slurm: Slurm | None = None, check: bool = True)
     slurm = slurm or Slurm()
     if check:
         preflight.check(job.spec, slurm.cluster_info())
+        preflight.check_image(job.spec)
     path = runs.write_run_files(job)
     try:
         job_id = slurm.submit(job)

@@ -71,6 +71,32 @@ REFUSED: list[tuple[list[str], str]] = [
     (["--signal-lead", "0"], "signal_lead_s"),
     (["--max-restarts", "1000"], "max_restarts"),
     (["--", "x" * 5000], "args[0]"),
+    *[
+        (["--container-runtime", runtime, f"--container-image={image}"], "container_image")
+        for runtime, image in [
+            ("apptainer", "--writable"),
+            ("pyxis", "img;id"),
+            ("pyxis", "a b"),
+            ("pyxis", "$(touch PWNED)"),
+            ("oci", "relative/rootfs"),
+        ]
+    ],
+    (["--container-image", "/images/t.sif"], "container_runtime"),
+    (["--container-image", "/i", "--container-runtime", "docker"], "container_runtime"),
+    (["--container-runtime", "pyxis"], "container_runtime"),
+    (["--container-mount", "/data"], "container_mounts"),
+    (["--container-env", "A=1"], "container_env"),
+    *[
+        (
+            ["--container-image", "/i", "--container-runtime", "apptainer", "--container-mount", m],
+            "container_mounts",
+        )
+        for m in ["data:/data", "/a,/b", "/a:/b:rx", "/$(id)", "/a b", "/a:b"]
+    ],
+    (
+        ["--container-image", "/i", "--container-runtime", "oci", "--container-env", "SLURM_X=1"],
+        "container_env key",
+    ),
 ]
 
 # (job file text, field named in the refusal)
@@ -117,6 +143,13 @@ LITERAL: list[tuple[list[str], str]] = [
     (["--script", "$(touch PWNED).py"], shlex.quote("$(touch PWNED).py")),
     (["--venv", "/opt/$(touch PWNED)"], shlex.quote("/opt/$(touch PWNED)")),
     (["--sbatch-option", "--comment=$(touch PWNED)"], '#SBATCH --comment="$(touch PWNED)"\n'),
+    *[
+        (
+            ["--container-image", "/i", "--container-runtime", "oci", "--container-env", f"V={v}"],
+            f"export V={shlex.quote(v)}\n",
+        )
+        for v in SHELL
+    ],
 ]
 
 

@@ -43,6 +43,28 @@ CASES = {
         "args": ["--strategy", "accelerate"],
         "venv": "/opt/venvs/train",
     },
+    "pyxis-2x8": {
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "container_runtime": "pyxis",
+        "container_image": "nvcr.io#nvidia/pytorch:24.01-py3",
+        "container_mounts": ["/datasets/imagenet:/data:ro", "/scratch"],
+        "container_env": {"NCCL_DEBUG": "INFO"},
+    },
+    "apptainer-2x4": {
+        "nodes": 2,
+        "gpus_per_node": 4,
+        "container_runtime": "apptainer",
+        "container_image": "/images/pytorch.sif",
+        "container_mounts": ["/datasets:/data:ro"],
+    },
+    "oci-2x1": {
+        "nodes": 2,
+        "container_runtime": "oci",
+        "container_image": "/images/debian-torch/rootfs",
+        "container_mounts": ["/datasets:/data:ro"],
+        "container_env": {"PATH": "/opt/conda/bin:/usr/bin:/bin"},
+    },
     "sweep-2x1": {
         "nodes": 2,
         "sweep": {"lr": ["0.1", "0.2"], "seed": ["1", "2"], "note": ["it's"]},

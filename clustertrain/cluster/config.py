@@ -98,6 +98,20 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
     )
 
 
+def render_oci_conf(layout: Layout) -> str:
+    """oci.conf: Slurm's container support (``srun --container``) through runc, whose state
+    lives in the cluster's run folder. The container is named for node, user, job, step, task."""
+    runc = f"runc --root={layout.state_dir / 'run' / 'runc'}"
+    name = "%n.%u.%j.%s.%t"
+    settings = [
+        ("RunTimeQuery", f"{runc} state {name}"),
+        ("RunTimeKill", f"{runc} kill -a {name}"),
+        ("RunTimeDelete", f"{runc} delete --force {name}"),
+        ("RunTimeRun", f"exec {runc} run {name} -b %b"),
+    ]
+    return render_template("oci.conf.j2", settings=settings)
+
+
 def render_gres_conf(layout: Layout) -> str:
     """gres.conf: each GPU is a device file; without ``File=`` Slurm drops the GPUs."""
     gres: list[Line] = [

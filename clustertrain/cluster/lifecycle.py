@@ -23,6 +23,7 @@ from .config import (
     hosts_without_block,
     render_gres_conf,
     render_node_hosts,
+    render_oci_conf,
     render_slurm_conf,
 )
 from .layout import (
@@ -58,7 +59,7 @@ def _which(program: str) -> str | None:
 
 
 def _ensure_packages() -> None:
-    if all(_which(p) for p in ("munged", "slurmctld", "slurmd", "sinfo")):
+    if all(_which(p) for p in ("munged", "slurmctld", "slurmd", "sinfo", "runc")):
         return
     if not _which("apt-get"):
         raise UserError(
@@ -72,14 +73,16 @@ def _ensure_packages() -> None:
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "slurm-wlm", "munge"]
+    # runc: srun --container (oci.conf) runs a job's step in an OCI bundle with it.
+    packages = ["slurm-wlm", "munge", "runc"]
+    install = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
     try:
         if subprocess.run(install, env=env, capture_output=True).returncode != 0:
             subprocess.run(["apt-get", "update"], env=env, capture_output=True)
             done = subprocess.run(install, env=env, capture_output=True, text=True)
             if done.returncode != 0:
                 last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise UserError(f"apt-get install slurm-wlm munge failed: {last}")
+                raise UserError(f"apt-get install {' '.join(packages)} failed: {last}")
     finally:
         if created:
             policy.unlink()
@@ -140,6 +143,7 @@ def _prepare(layout: Layout, controller: str) -> None:
             gpu.chmod(0o666)  # mknod's mode is cut by the umask
     conf_path(d).write_text(render_slurm_conf(layout, controller))
     (d / "gres.conf").write_text(render_gres_conf(layout))
+    (d / "oci.conf").write_text(render_oci_conf(layout))
     if layout.network == "namespaces":
         (d / "hosts").mkdir(exist_ok=True)
         for node in layout.node_names:
@@ -305,6 +309,7 @@ def down(state_dir: Path) -> None:
     munge_socket(state_dir).unlink(missing_ok=True)
     # clustertrain.slurm falls back to this file while it exists: only while the cluster is up.
     conf_path(state_dir).unlink(missing_ok=True)
+    (state_dir / "oci.conf").unlink(missing_ok=True)
     record_path(state_dir).unlink()
 
 
