@@ -25,6 +25,8 @@ BUNDLE_DIR = "container"
 BUNDLE_ROOTFS = "rootfs"
 # What Apptainer is called; the same command line works for SingularityCE's `singularity`.
 APPTAINER = "apptainer"
+# The node's hosts file, mounted over the image's: the rendezvous resolves names as the host does.
+HOSTS = "/etc/hosts"
 # The PATH an OCI process starts with (Slurm appends the job's environment to it).
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -49,7 +51,12 @@ def mounts(spec: JobSpec, run_dir: str, workdir: str) -> tuple[Mount, ...]:
         own = [run_dir]
     else:
         own = [workdir, run_dir]
-    found = [Mount(path, path, False) for path in own]
+    return (*(Mount(path, path, False) for path in own), *user_mounts(spec))
+
+
+def user_mounts(spec: JobSpec) -> tuple[Mount, ...]:
+    """The job's ``container_mounts``: ``SRC[:DST][:ro|rw]``, DST defaulting to SRC."""
+    found = []
     for text in spec.container_mounts:
         source, _, rest = text.partition(":")
         destination, _, mode = rest.partition(":")
@@ -57,6 +64,21 @@ def mounts(spec: JobSpec, run_dir: str, workdir: str) -> tuple[Mount, ...]:
             destination, mode = "", destination
         found.append(Mount(source, destination or source, mode == "ro"))
     return tuple(found)
+
+
+def missing_mount_points(spec: JobSpec, run_dir: str, workdir: str, image: str) -> list[str]:
+    """The folders an OCI job mounts on that ``image`` (a root filesystem here) lacks. The
+    image is mounted read-only, so runc cannot create them; under /tmp (a fresh tmpfs) it can.
+    The one function here that reads files."""
+    import os
+
+    wanted = [HOSTS, *(m.destination for m in mounts(spec, run_dir, workdir))]
+    return [
+        path
+        for path in wanted
+        if not PurePosixPath(path).is_relative_to("/tmp")
+        and not os.path.lexists(os.path.join(image, path.lstrip("/")))
+    ]
 
 
 def bundle_path(run_dir: str) -> str:
@@ -109,7 +131,7 @@ def oci_config(spec: JobSpec, run_dir: str, workdir: str) -> str | None:
     node = [
         _bind("/dev/shm", "/dev/shm", "rbind"),
         _bind("/sys", "/sys", "rbind", "ro"),
-        _bind("/etc/hosts", "/etc/hosts", "bind", "ro"),
+        _bind(HOSTS, HOSTS, "bind", "ro"),
     ]
     job = [
         _bind(m.destination, m.source, "rbind", "ro" if m.read_only else "rw")

@@ -44,8 +44,8 @@ def launcher_argv(spec: JobSpec, port: int) -> tuple[str, ...]:
         head += ("--main_process_port", str(port), "--max_restarts", str(spec.max_restarts))
         head += ("--tee", "3")
     else:
-        head = ("torchrun", "--standalone", "--nnodes=1", f"--nproc-per-node={world}")
-        head += (f"--max-restarts={spec.max_restarts}", "--tee=3")
+        head = ("torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={world}")
+        head += (f"--max_restarts={spec.max_restarts}", "--tee=3")
     return (*head, *spec.entrypoint, *spec.args)
 
 

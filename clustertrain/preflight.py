@@ -8,12 +8,14 @@ PartitionNodeLimit, or worse, Resources); a user learns hours later. The facts c
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustertrain import sweep
+from clustertrain import container, sweep
 from clustertrain.errors import UserError
 from clustertrain.fields import format_time, time_seconds
+from clustertrain.render import RenderedJob
 from clustertrain.spec import JobSpec
 
 # sinfo's short node states that cannot run a job now or soon (sinfo(1), NODE STATE CODES).
@@ -140,20 +142,37 @@ def gpu_count(gres: str) -> int:
     return sum(int(count) for count in _GPU_GRES.findall(gres))
 
 
-def check_image(spec: JobSpec) -> None:
-    """An OCI image is a folder on a filesystem the nodes share: refuse one this host does not
-    have, or one without /etc/hosts to mount the node's on (runc cannot create it in a
-    read-only image). The one check here that reads this host's files."""
+HOSTS = container.HOSTS
+
+
+def check_files(job: RenderedJob) -> None:
+    """The files a container job needs, as this host sees them (the nodes are taken to share
+    them): each mount's source, and an OCI image's root filesystem folder with the mount
+    points the job needs (the image is mounted read-only, so runc cannot create them). The
+    one check here that reads files."""
+    spec = job.spec
+    for mount in container.user_mounts(spec):
+        if not Path(mount.source).exists():
+            raise UserError(
+                f"container_mounts: {mount.source} does not exist here; mount a folder the "
+                "nodes have (the same paths as this host's)"
+            )
     if spec.container_runtime != "oci" or spec.container_image is None:
         return
-    image = Path(spec.container_image)
-    if not image.is_dir():
+    image = spec.container_image
+    if not Path(image).is_dir():
         raise UserError(
-            f"container_image: {spec.container_image} is not a folder here; give the root "
-            "filesystem of an image (e.g. one made with mmdebstrap) on a shared filesystem"
+            f"container_image: {image} is not a folder here; give the root filesystem of an "
+            "image (e.g. one made by scripts/build-oci-image) on a filesystem the nodes share"
         )
-    if not (image / "etc" / "hosts").is_file():
+    missing = container.missing_mount_points(spec, job.run_dir, job.workdir, image)
+    if missing:
+        folders = [shlex.quote(image.rstrip("/") + path) for path in missing if path != HOSTS]
+        fixes = [f"mkdir -p {' '.join(folders)}"] if folders else []
+        fixes += [f"touch {shlex.quote(image.rstrip('/') + HOSTS)}"] if HOSTS in missing else []
         raise UserError(
-            f"container_image: {spec.container_image} has no etc/hosts, on which the node's is "
-            f"mounted; create it once: touch {spec.container_image}/etc/hosts"
+            f"container_image: {image} lacks {', '.join(missing)}, where the job mounts the "
+            "node's hosts file, the working directory, the run folder or container_mounts; "
+            f"nothing can be created in a read-only image: create them once ({'; '.join(fixes)})"
+            ", or work under /tmp"
         )

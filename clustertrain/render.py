@@ -44,6 +44,7 @@ class RenderedJob:
 
     spec: JobSpec
     run_dir: str
+    workdir: str
     directives: tuple[str, ...]
     launch_argv: tuple[str, ...]
     batch_script: str
@@ -111,6 +112,7 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
     return RenderedJob(
         spec=spec,
         run_dir=run_dir,
+        workdir=workdir,
         directives=directives,
         launch_argv=launch_argv,
         batch_script=render_template("sbatch.sh.j2", **context),
@@ -324,15 +326,17 @@ def launcher_argv(spec: JobSpec) -> tuple[str, ...]:
             "3",
         )
     else:
+        # The underscore spellings: torchrun before torch 2.0 knows no other, and container
+        # images carry old ones (Debian 12's python3-torch is 1.13).
         head = (
             "torchrun",
             f"--nnodes={spec.nodes}",
-            f"--nproc-per-node={spec.nproc_per_node}",
-            "--rdzv-backend=c10d",
-            Expand("--rdzv-endpoint=$HEAD_NODE:$RDZV_PORT"),
-            Expand("--rdzv-id=$SLURM_JOB_ID"),
-            Expand(f"--rdzv-conf=join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
-            f"--max-restarts={spec.max_restarts}",
+            f"--nproc_per_node={spec.nproc_per_node}",
+            "--rdzv_backend=c10d",
+            Expand("--rdzv_endpoint=$HEAD_NODE:$RDZV_PORT"),
+            Expand("--rdzv_id=$SLURM_JOB_ID"),
+            Expand(f"--rdzv_conf=join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
+            f"--max_restarts={spec.max_restarts}",
             "--tee=3",
         )
     return (*head, *spec.entrypoint, *spec.args)

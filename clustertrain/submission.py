@@ -20,7 +20,7 @@ def submit_job(job: RenderedJob, slurm: Slurm | None = None, check: bool = True)
     slurm = slurm or Slurm()
     if check:
         preflight.check(job.spec, slurm.cluster_info())
-        preflight.check_image(job.spec)
+        preflight.check_files(job)
     path = runs.write_run_files(job)
     try:
         job_id = slurm.submit(job)

@@ -43,7 +43,7 @@ def test_dry_run_prints_both_scripts_and_writes_nothing(
         "submit", "--nodes", "4", "--gpus-per-node", "8", "--dry-run", cwd=tmp_path, env=cli_env
     )
     assert done.returncode == 0, done.stderr
-    assert "#SBATCH --nodes=4" in done.stdout and "--nproc-per-node=8" in done.stdout
+    assert "#SBATCH --nodes=4" in done.stdout and "--nproc_per_node=8" in done.stdout
     assert done.stdout.count("#!/bin/bash") == 2
     assert list(tmp_path.iterdir()) == []
 

@@ -98,7 +98,7 @@ def test_dry_run_prints_the_standalone_launcher_and_writes_nothing(
     )
     assert done.returncode == 0, done.stderr
     command = done.stdout.replace("\\\n", "").split()
-    assert command[:4] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=4"]
+    assert command[:4] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=4"]
     tail = "-m jobs.mnist.train --strategy ddp --recipe fast --epochs 2 --epochs 1"
     assert " ".join(command).endswith(tail), done.stdout
     assert not (tmp_path / "runs").exists()

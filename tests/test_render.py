@@ -118,9 +118,9 @@ def test_directives_are_sorted_and_quoted_for_sbatch() -> None:
 
 def test_torchrun_line_has_the_c10d_rendezvous_on_the_head_node() -> None:
     argv = _render("4x8").launch_argv
-    assert argv[:4] == ("torchrun", "--nnodes=4", "--nproc-per-node=8", "--rdzv-backend=c10d")
-    assert "--rdzv-endpoint=$HEAD_NODE:$RDZV_PORT" in argv
-    assert "--rdzv-id=$SLURM_JOB_ID" in argv
+    assert argv[:4] == ("torchrun", "--nnodes=4", "--nproc_per_node=8", "--rdzv_backend=c10d")
+    assert "--rdzv_endpoint=$HEAD_NODE:$RDZV_PORT" in argv
+    assert "--rdzv_id=$SLURM_JOB_ID" in argv
     assert argv[-4:] == ("-m", "jobs.mnist.train", "--epochs", "3")
 
 

@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -39,7 +40,7 @@ if os.path.exists(checkpoint):
     optimizer.load_state_dict(state["optimizer"])
     start = state["step"]
 
-image = open(IMAGE_MARKER).read().strip() if os.path.exists(IMAGE_MARKER) else "none"
+image = Path(IMAGE_MARKER).read_text().strip() if os.path.exists(IMAGE_MARKER) else "none"
 print(
     f"container check: rank {rank} of {world} host {socket.gethostname()} "
     f"torch {torch.__version__} python {sys.executable} "
@@ -65,7 +66,7 @@ for step in range(start, STEPS):
             }
             torch.save(state, checkpoint + ".tmp")
             os.replace(checkpoint + ".tmp", checkpoint)
-            open(os.environ["CLUSTERTRAIN_REQUEUE_FILE"], "w").close()
+            Path(os.environ["CLUSTERTRAIN_REQUEUE_FILE"]).touch()
         print(f"stopping on SIGUSR2 after step {step + 1}: checkpoint written", flush=True)
         break
     if rank == 0:
