@@ -20,10 +20,11 @@ from clustertrain.runs import Run, RunFolderError, printable, read_regular, task
 from clustertrain.slurm import JobState
 
 _RANK_PREFIX = protocol.RANK_PREFIX
+_LOCAL_RANK_PREFIX = protocol.LOCAL_RANK_PREFIX
 # torchelastic's failure report (ChildFailedError), which torchrun and accelerate print.
 _ROOT_CAUSE = re.compile(
     r"Root Cause \(first observed failure\):.*?time\s*: (?P<time>\S+).*?"
-    r"rank\s*: (?P<rank>\d+).*?exitcode\s*: (?P<exit>-?\d+)",
+    r"rank\s*: (?P<rank>\d+) \(local_rank: (?P<local>\d+)\).*?exitcode\s*: (?P<exit>-?\d+)",
     re.DOTALL,
 )
 FAILURE_TAIL_LINES = 6
@@ -67,6 +68,8 @@ def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
         return None
     if rank is not None:
         who = f"{log.node} rank{rank}"
+    elif local := _LOCAL_RANK_PREFIX.match(line):
+        match, who = local, f"{log.node} local{local[1]}"
     else:
         who = log.node if log.node == "batch" else f"{log.node} launcher"
     stream = " !" if log.stream == "err" else " |"
@@ -102,17 +105,25 @@ def first_failure(run: Run) -> Failure | None:
         if cause is None:
             continue
         rank = int(cause["rank"])
-        own = [
-            line[m.end() :]
-            for line in text.splitlines()
-            if (m := _RANK_PREFIX.match(line)) and int(m[1]) == rank
-        ]
+        own = _own_lines(text, rank, int(cause["local"]))
         failure = Failure(rank, log.node, int(cause["exit"]), tuple(own[-FAILURE_TAIL_LINES:]))
         # Reports carry whole seconds: on a tie, a rank killed by a signal, or one that did not
         # just lose a peer, is the better suspect.
         peer_died = bool(_PEER_FAILED.search("\n".join(own)))
         found.append(((cause["time"], failure.exit_code >= 0, peer_died), failure))
     return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def _own_lines(text: str, rank: int, local_rank: int) -> list[str]:
+    """A rank's lines in its node's log: "[rankN]:" (torch 2) or "[defaultL]:" (torch 1.x)."""
+    own = []
+    for line in text.splitlines():
+        if m := _RANK_PREFIX.match(line):
+            if int(m[1]) == rank:
+                own.append(line[m.end() :])
+        elif (m := _LOCAL_RANK_PREFIX.match(line)) and int(m[1]) == local_rank:
+            own.append(line[m.end() :])
+    return own
 
 
 def lost_nodes(run: Run) -> list[str]:

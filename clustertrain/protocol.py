@@ -62,6 +62,9 @@ SCRIPT_PREFIXES = (
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 # torch also prefixes a rank's uncaught exception with "[rankN]:"; the reader strips both.
 RANK_PREFIX = re.compile(r"(?:\[rank(\d+)\]: ?)+")
+# torch before 2.0 (Debian 12's 1.13, in container images) ignores the template: its lines carry
+# "[<role><local rank>]:", and torchrun's role is "default". The global rank is not in them.
+LOCAL_RANK_PREFIX = re.compile(r"\[default(\d+)\]:")
 
 
 def rendezvous_port(job_id: int) -> int:

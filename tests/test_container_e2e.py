@@ -44,9 +44,12 @@ def _slurmd_mount_namespaces() -> set[str]:
     }
 
 
-def _preempted_job(env: dict[str, str], image: str, *flags: str) -> list[tuple[str, ...]]:
+def _preempted_job(
+    env: dict[str, str], image: str, *flags: str
+) -> tuple[list[tuple[str, ...]], str]:
     """Submit tests/jobs/in_container.py in ``image``, send USR2 after step 8, release the
-    requeued job and follow it to the end; return each attempt's container checks."""
+    requeued job and follow it to the end; return each attempt's container checks and what
+    `logs --follow` printed."""
     job_id, run_dir = submit(
         env,
         *NODES,
@@ -76,7 +79,7 @@ def _preempted_job(env: dict[str, str], image: str, *flags: str) -> list[tuple[s
     # The batch shell ran on the host: its node check and requeue, and Slurm's record of both.
     status = run_cli("status", job_id, env=env)
     assert "COMPLETED" in status.stdout and "restarts: 1" in status.stdout, status.stdout
-    return [c for attempt in checks for c in attempt]
+    return [c for attempt in checks for c in attempt], done.stdout
 
 
 def _assert_in_the_container(checks: list[tuple[str, ...]]) -> None:
@@ -94,8 +97,9 @@ def test_an_oci_job_runs_in_runc_and_survives_a_preemption(
 ) -> None:
     env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
     venv = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv"))
-    checks = _preempted_job(env, "/", "--container-env", f"PATH={venv}/bin:/usr/bin:/bin")
+    checks, followed = _preempted_job(env, "/", "--container-env", f"PATH={venv}/bin:/usr/bin:/bin")
     _assert_in_the_container(checks)
+    assert re.search(r"^node[12] rank[01] \| container check: ", followed, re.MULTILINE)
     assert {c[7] for c in checks} == {"none"}
 
 
@@ -125,7 +129,9 @@ def test_debian_torch_in_its_own_image_survives_a_preemption(
     if not ROOT.is_relative_to("/tmp"):
         (image / ROOT.relative_to("/")).mkdir(parents=True, exist_ok=True)
     env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
-    checks = _preempted_job(env, str(image))
+    checks, followed = _preempted_job(env, str(image))
     _assert_in_the_container(checks)
+    # torch 1.13 prefixes "[default0]:", the local rank; `logs` says so instead of "launcher".
+    assert re.search(r"^node[12] local0 \| container check: ", followed, re.MULTILINE), followed
     marker = (image / "etc" / "clustertrain-image").read_text().strip()
     assert {(c[2], c[3], c[7]) for c in checks} == {("1.13.0a0", "/usr/bin/python3.11", marker)}

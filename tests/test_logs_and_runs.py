@@ -163,6 +163,36 @@ def test_first_failure_names_the_earliest_root_cause_and_its_traceback(tmp_path:
     assert failure.lines()[0] == "first failure: rank 3 on node1, exit code 1"
 
 
+# torch 1.13 (Debian 12's, in container images) ignores the prefix template: "[default<local>]:".
+TORCH_1_LINES = """\
+[default0]:epoch 1 step 5
+[default1]:Traceback (most recent call last):
+[default1]:ValueError: local one exploded
+[default0]:RuntimeError: Connection closed by peer
+"""
+
+
+def test_torch_1_lines_are_labelled_with_their_local_rank_and_its_failure_found(
+    tmp_path: Path,
+) -> None:
+    run = _make_run(tmp_path, "8")
+    folder = run.logs_dir / "attempt-0"
+    folder.mkdir()
+    (folder / "node2.out").write_text("[default0]:epoch 1 step 5\nagent line\n")
+    report = TORCHRUN_FAILURE.split("torch.distributed", 1)[1]
+    (folder / "node2.err").write_text(
+        TORCH_1_LINES + report.format(time="2026-12-03_07:51:17", rank=3, code=1)
+    )
+    lines = list(logs.read_all(run, logs.Filter(node="node2")))
+    assert lines[:2] == ["node2 local0 | epoch 1 step 5", "node2 launcher | agent line"]
+    assert "node2 local1 ! ValueError: local one exploded" in lines
+    # The global rank is not in the line, so a rank filter cannot claim it.
+    assert list(logs.read_all(run, logs.Filter(rank=0))) == []
+    failure = logs.first_failure(run)
+    assert failure is not None and (failure.rank, failure.node) == (3, "node2")
+    assert failure.tail == ("Traceback (most recent call last):", "ValueError: local one exploded")
+
+
 def test_no_failure_report_means_no_failure(tmp_path: Path) -> None:
     run = _make_run(tmp_path, "7")
     (run.logs_dir / "attempt-0").mkdir()
