@@ -60,20 +60,29 @@ def log_files(run: Run) -> list[LogFile]:
     return list_log_files(run.logs_dir, run.job_id)
 
 
+def _split_prefix(line: str) -> tuple[int | None, int | None, str]:
+    """A line's (global rank, local rank, text): torch 2 prefixes "[rankN]: ", torch 1.x
+    "[defaultL]:" with the local rank only; a launcher's own lines have neither."""
+    if match := _RANK_PREFIX.match(line):
+        return int(match[1]), None, line[match.end() :]
+    if match := _LOCAL_RANK_PREFIX.match(line):
+        return None, int(match[1]), line[match.end() :]
+    return None, None, line
+
+
 def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
     """``node1 rank3 | text``, or None when the filters leave the line out."""
-    match = _RANK_PREFIX.match(line)
-    rank = int(match[1]) if match else None
+    rank, local, text = _split_prefix(line)
     if not filters.wants_rank(rank):
         return None
     if rank is not None:
         who = f"{log.node} rank{rank}"
-    elif local := _LOCAL_RANK_PREFIX.match(line):
-        match, who = local, f"{log.node} local{local[1]}"
+    elif local is not None:
+        who = f"{log.node} local{local}"
     else:
         who = log.node if log.node == "batch" else f"{log.node} launcher"
     stream = " !" if log.stream == "err" else " |"
-    return f"{who}{stream} {printable(line[match.end() :] if match else line)}"
+    return f"{who}{stream} {printable(text)}"
 
 
 @dataclass(frozen=True)
@@ -105,25 +114,18 @@ def first_failure(run: Run) -> Failure | None:
         if cause is None:
             continue
         rank = int(cause["rank"])
-        own = _own_lines(text, rank, int(cause["local"]))
+        local = int(cause["local"])
+        own = [
+            rest
+            for got_rank, got_local, rest in map(_split_prefix, text.splitlines())
+            if got_rank == rank or got_local == local
+        ]
         failure = Failure(rank, log.node, int(cause["exit"]), tuple(own[-FAILURE_TAIL_LINES:]))
         # Reports carry whole seconds: on a tie, a rank killed by a signal, or one that did not
         # just lose a peer, is the better suspect.
         peer_died = bool(_PEER_FAILED.search("\n".join(own)))
         found.append(((cause["time"], failure.exit_code >= 0, peer_died), failure))
     return min(found, key=lambda item: item[0])[1] if found else None
-
-
-def _own_lines(text: str, rank: int, local_rank: int) -> list[str]:
-    """A rank's lines in its node's log: "[rankN]:" (torch 2) or "[defaultL]:" (torch 1.x)."""
-    own = []
-    for line in text.splitlines():
-        if m := _RANK_PREFIX.match(line):
-            if int(m[1]) == rank:
-                own.append(line[m.end() :])
-        elif (m := _LOCAL_RANK_PREFIX.match(line)) and int(m[1]) == local_rank:
-            own.append(line[m.end() :])
-    return own
 
 
 def lost_nodes(run: Run) -> list[str]:
