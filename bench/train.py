@@ -38,7 +38,7 @@ def throughput(data_dir: Path, steps: int) -> dict[str, float]:
     from torch.utils.data import DataLoader
     from torchvision import datasets, transforms
 
-    raw = mnist.ensure_mnist(data_dir)
+    raw = mnist.prepare_mnist(data_dir)
     recipe = recipes.RECIPES["reference"]
     tensor_loader = DataLoader(
         images.Images(*mnist.load_split(raw, train=True)),
@@ -192,7 +192,7 @@ def main() -> int:
     parser.add_argument("--write", type=Path, help="also write the table to this file")
     args = parser.parse_args()
     parts = args.parts.split(",")
-    mnist.ensure_mnist(args.data_dir)
+    mnist.prepare_mnist(args.data_dir)
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -40,13 +40,21 @@ def plan(
     extra_args: Sequence[str] = (),
     runs_dir: str | None = None,
     workdir: str | None = None,
+    skip_prepare: bool = False,
     **fields: Any,
 ) -> RenderedJob:
-    """The job as it would be submitted (the dry run): validated, rendered, nothing written."""
+    """The job as it would be submitted (the dry run): validated, rendered, nothing written.
+
+    ``skip_prepare`` drops the job's prepare commands (``--no-prepare``)."""
     from clustertrain import jobfile
+    from clustertrain.errors import FieldError
     from clustertrain.render import render
     from clustertrain.spec import build_spec
 
+    if skip_prepare:
+        if fields.get("prepare"):
+            raise FieldError("prepare", fields["prepare"], "give it or skip it, not both")
+        fields["prepare"] = []
     # The virtual environment this runs in, unless the job file or a field names one.
     defaults = {"venv": sys.prefix} if sys.prefix != sys.base_prefix else {}
     spec = build_spec(
@@ -70,8 +78,10 @@ def submit(
 ) -> Job | RenderedJob:
     """Validate, check against the partition (unless ``preflight=False``) and queue a job.
 
-    With ``dry_run=True`` nothing is checked against Slurm or written: the rendered job comes
-    back instead (``.batch_script``, ``.launch_script``, ``.dry_run_text()``).
+    With ``dry_run=True`` nothing is checked against Slurm, run or written: the rendered job
+    comes back instead (``.batch_script``, ``.launch_script``, ``.dry_run_text()``). Otherwise
+    the job's prepare commands run here first (see :mod:`clustertrain.prepare`;
+    ``skip_prepare=True`` skips them).
     """
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if dry_run:
@@ -90,7 +100,7 @@ def run_local(
 ) -> Job:
     """Start the job on this machine without Slurm (see :mod:`clustertrain.local`); returns
     at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
-    from clustertrain import local, procs
+    from clustertrain import local, prepare, procs
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if job.spec.sweep:
@@ -100,7 +110,8 @@ def run_local(
             f"container_image: a local run uses this machine's Python, not "
             f"{job.spec.container_image}; submit the job to Slurm to run it in the container"
         )
-    path = runs.write_run_files(job)
+    with prepare.run(job.spec, job.workdir) as prepare_log:
+        path = runs.write_run_files(job, prepare_log)
     supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.local", str(path)])
     local.write_state(path, pid=supervisor.pid, start_time=procs.start_time(supervisor.pid))
     started = Job(runs.record_submission(job, f"local-{supervisor.pid}"))

@@ -8,22 +8,20 @@ status 2. Heavy modules (submitit, torch) are imported only by the commands that
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from clustertrain import __version__, cli_runs
 from clustertrain.cli_cluster import cluster
-from clustertrain.cli_options import runs_dir_option, spec_fields, spec_options
+from clustertrain.cli_options import prepare_option, runs_dir_option, spec_fields, spec_options
 from clustertrain.errors import UserError
-
-if TYPE_CHECKING:
-    pass
 
 _EPILOG_SUBMIT = """\b
 Examples:
   clustertrain submit --nodes 4 --gpus-per-node 8 --dry-run
   clustertrain submit jobs/mnist.yaml --nodes 2 -- --epochs 3
+  clustertrain submit --script train.py --prepare 'python fetch_data.py' --offline
   clustertrain submit jobs/mnist-accelerate.yaml --partition gpu --env NCCL_DEBUG=INFO
 """
 
@@ -56,8 +54,11 @@ def cli() -> None:
 @cli.command(cls=_SubmitCommand, epilog=_EPILOG_SUBMIT)
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @spec_options
+@prepare_option
 @runs_dir_option
-@click.option("--dry-run", is_flag=True, help="Print what would be submitted; touch nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would be run and submitted; touch nothing."
+)
 @click.option(
     "--no-preflight",
     is_flag=True,
@@ -71,18 +72,28 @@ def submit(
     dry_run: bool,
     no_preflight: bool,
     replace_args: bool,
+    skip_prepare: bool,
     **flags: Any,
 ) -> None:
-    """Render a multi-node job and queue it; args after -- go to the training script."""
+    """Render a multi-node job and queue it; args after -- go to the training script.
+
+    The job's prepare commands run here first (they fetch what the nodes cannot)."""
     from clustertrain import api
 
     extra = spec_fields(ctx, replace_args, flags)
     if dry_run:
-        job = api.plan(job_file, extra_args=extra, runs_dir=runs_dir, **flags)
+        job = api.plan(
+            job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags
+        )
         click.echo(job.dry_run_text(), nl=False)
         return
     submitted = api.submit(
-        job_file, preflight=not no_preflight, extra_args=extra, runs_dir=runs_dir, **flags
+        job_file,
+        preflight=not no_preflight,
+        extra_args=extra,
+        runs_dir=runs_dir,
+        skip_prepare=skip_prepare,
+        **flags,
     )
     assert isinstance(submitted, api.Job)
     run = submitted.run
@@ -101,8 +112,9 @@ def submit(
 )
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @spec_options
+@prepare_option
 @runs_dir_option
-@click.option("--dry-run", is_flag=True, help="Print the command it would run; touch nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the commands it would run; touch nothing.")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -110,6 +122,7 @@ def run(
     runs_dir: str | None,
     dry_run: bool,
     replace_args: bool,
+    skip_prepare: bool,
     **flags: Any,
 ) -> None:
     """Run the job here, without Slurm, and follow it: nodes x processes ranks on this machine.
@@ -117,15 +130,20 @@ def run(
     The run folder is laid out as a Slurm job's, so status, logs and list work on it."""
     import shlex
 
-    from clustertrain import api, local
+    from clustertrain import api, local, prepare
 
     extra = spec_fields(ctx, replace_args, flags)
     if dry_run:
-        spec = api.plan(job_file, extra_args=extra, runs_dir=runs_dir, **flags).spec
-        words = [shlex.quote(word) for word in local.launcher_argv(spec, port=0)]
+        planned = api.plan(
+            job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags
+        )
+        click.echo(prepare.describe(planned.spec, planned.workdir), nl=False)
+        words = [shlex.quote(word) for word in local.launcher_argv(planned.spec, port=0)]
         click.echo("".join(f" \\\n    {w}" if w.startswith("-") else f" {w}" for w in words)[1:])
         return
-    job = api.run_local(job_file, extra_args=extra, runs_dir=runs_dir, **flags)
+    job = api.run_local(
+        job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags
+    )
     run = job.run
     click.echo(f"local run {run.job_id}: {run.world_size} process(es) here, {run.launcher}")
     click.echo(f"run folder: {job.run_dir}")

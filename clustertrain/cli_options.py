@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from clustertrain.errors import FieldError
+
 
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
@@ -40,6 +42,19 @@ SPEC_OPTIONS = [
     click.option(
         "--module",
         help="Python module every process runs as `python -m` (default jobs.mnist.train).",
+    ),
+    click.option(
+        "--prepare",
+        "prepare",
+        multiple=True,
+        metavar="'CMD ARG...'",
+        help="A command run here, in this directory, before queueing (split like a shell "
+        "line, never run by one; repeatable; replaces the job file's).",
+    ),
+    click.option(
+        "--offline/--no-offline",
+        default=None,
+        help="Keep Hugging Face and W&B off the network inside the job (HF_HUB_OFFLINE=1...).",
     ),
     click.option("--partition"),
     click.option("--account"),
@@ -140,9 +155,29 @@ def spec_fields(ctx: click.Context, replace_args: bool, flags: dict[str, Any]) -
     """Flags as spec fields (in place); returns the args that follow the job file's."""
     train_args = list(ctx.meta.get("train_args", ()))
     flags["args"] = train_args if replace_args else None
+    flags["prepare"] = [_words(command) for command in flags["prepare"]] or None
     flags["env"] = list(flags["env"]) or None
     flags["sbatch_options"] = list(flags["sbatch_options"]) or None
     flags["sweep"] = list(flags["sweep"]) or None
     flags["container_mounts"] = list(flags["container_mounts"]) or None
     flags["container_env"] = list(flags["container_env"]) or None
     return [] if replace_args else train_args
+
+
+def _words(command: str) -> list[str]:
+    """A --prepare value as words, split as a shell would split it; nothing runs it in one."""
+    import shlex
+
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise FieldError("prepare", command, f"cannot be split into words ({exc})") from None
+
+
+def prepare_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--no-prepare",
+        "skip_prepare",
+        is_flag=True,
+        help="Skip the job's prepare commands (the data is already where the job reads it).",
+    )(func)

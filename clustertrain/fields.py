@@ -178,6 +178,33 @@ def _args(name: str, value: Any) -> tuple[str, ...]:
     return tuple(_text(f"{name}[{i}]", _as_text(f"{name}[{i}]", v)) for i, v in enumerate(value))
 
 
+# A prepare step's commands: at most this many, each at most this many words.
+_MAX_COMMANDS, _MAX_WORDS = 16, 256
+
+
+def _prepare(name: str, value: Any) -> tuple[tuple[str, ...], ...]:
+    """Commands run on the submit host before queueing, each a list of words (never a shell
+    line): ``[python, -m, jobs.mnist.data]`` is one command, a list of such lists several."""
+    example = "a command as a list of words, e.g. [python, -m, jobs.mnist.data], or a list of them"
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise FieldError(name, value, "must be " + example)
+    commands = value if value and not isinstance(value[0], str) else [value] if value else []
+    if len(commands) > _MAX_COMMANDS:
+        raise FieldError(name, f"{len(commands)} commands", f"must be at most {_MAX_COMMANDS}")
+    checked = []
+    for i, command in enumerate(commands):
+        where = f"{name}[{i}]"
+        if isinstance(command, str) or not isinstance(command, list | tuple) or not command:
+            raise FieldError(where, command, "must be " + example)
+        if len(command) > _MAX_WORDS:
+            raise FieldError(where, f"{len(command)} words", f"must be at most {_MAX_WORDS}")
+        words = _args(where, command)
+        if not words[0] or words[0].startswith("-") or not words[0].isprintable():
+            raise FieldError(where, words[0], "must start with the program to run, e.g. python")
+        checked.append(words)
+    return tuple(checked)
+
+
 def _env(
     name: str, value: Any, allowed: frozenset[str] = frozenset()
 ) -> tuple[tuple[str, str], ...]:
@@ -308,6 +335,8 @@ VALIDATORS: dict[str, Any] = {
     "script": _script,
     "module": _module,
     "args": _args,
+    "prepare": _prepare,
+    "offline": _bool,
     "env": _env,
     "partition": _pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug"),
     "account": _pattern(_SLURM_NAME, "must be a Slurm account name like proj-123"),

@@ -22,7 +22,7 @@ from typing import Any
 
 from clustertrain import protocol
 from clustertrain.procs import start_time
-from clustertrain.render import rank_environment
+from clustertrain.render import OFFLINE_ENV, rank_environment
 from clustertrain.spec import JobSpec
 
 LOCAL_ID = re.compile(r"local-[0-9]{1,10}")
@@ -58,6 +58,9 @@ def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str,
     if spec.venv:
         env["VIRTUAL_ENV"] = spec.venv
         env["PATH"] = f"{spec.venv}/bin:{env.get('PATH', '')}"
+    if spec.offline:
+        for key, value in OFFLINE_ENV:
+            env.setdefault(key, value)
     env.update(dict(spec.env))
     # The ranks share this machine's CPUs, as a node's share its task's (launch.sh.j2).
     cpus = len(os.sched_getaffinity(0))

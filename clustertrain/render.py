@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from clustertrain import __version__, container, protocol, sbatch, sweep
+from clustertrain import __version__, container, prepare, protocol, sbatch, sweep
 from clustertrain.errors import UserError
 from clustertrain.spec import JobSpec
 from clustertrain.templates import render_template
@@ -62,7 +62,7 @@ class RenderedJob:
 
     def dry_run_text(self) -> str:
         """What ``submit --dry-run`` prints: both files, each under a line naming its path."""
-        text = (
+        text = prepare.describe(self.spec, self.workdir) + (
             f"#### {self.batch_path} (handed to sbatch)\n{self.batch_script}"
             f"#### {self.launch_path} (run by srun on every node)\n{self.launch_script}"
         )
@@ -149,6 +149,7 @@ def _context(
             Expand(f"{folder}/logs") if spec.sweep else str(PurePosixPath(run_dir, "logs"))
         ),
         "rank_env": [(k, shell_word(v)) for k, v in rank_environment(spec, folder)],
+        "offline_env": OFFLINE_ENV if spec.offline else (),
         "protocol": protocol,
         "srun": _step(
             srun_argv(
@@ -276,6 +277,16 @@ def rank_environment(
     if spec.socket_ifname:
         pairs += [(name, spec.socket_ifname) for name in protocol.SOCKET_IFNAME_VARS]
     return tuple(pairs)
+
+
+# What ``offline: true`` exports, unless already set: the switches that keep Hugging Face's hub,
+# datasets and transformers and W&B from waiting on network timeouts on nodes without a route.
+OFFLINE_ENV = (
+    ("HF_HUB_OFFLINE", "1"),
+    ("HF_DATASETS_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("WANDB_MODE", "offline"),
+)
 
 
 def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tuple[str, ...]:

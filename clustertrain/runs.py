@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from clustertrain import container, events, protocol, sweep
 from clustertrain.errors import UserError
@@ -27,6 +27,8 @@ from clustertrain.render import RenderedJob
 from clustertrain.slurm import JOB_ID
 
 RECORD = "job.json"
+# The output of the job's prepare commands (clustertrain.prepare), run before it was queued.
+PREPARE_LOG = "prepare.log"
 DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_RECORD_BYTES = 64 << 10
@@ -131,8 +133,9 @@ class Run:
         return None
 
 
-def write_run_files(job: RenderedJob) -> Path:
-    """Create the run folder with what is about to be submitted. Fails if it exists."""
+def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Path:
+    """Create the run folder with what is about to be submitted (and the output of its prepare
+    commands). Fails if it exists."""
     import yaml
 
     path = Path(job.run_dir)
@@ -157,6 +160,9 @@ def write_run_files(job: RenderedJob) -> Path:
         )
         Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
         Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
+        if job.spec.prepare and prepare_log is not None:
+            with open(path / PREPARE_LOG, "wb") as kept:
+                shutil.copyfileobj(prepare_log, kept)
         if job.container_config is not None:
             bundle = Path(container.bundle_path(job.run_dir))
             (bundle / container.BUNDLE_ROOTFS).mkdir(parents=True)

@@ -37,6 +37,11 @@ class JobSpec:
     script: str | None = None
     module: str | None = "jobs.mnist.train"
     args: tuple[str, ...] = ()
+    # Commands run on the submit host, in the submit directory, before anything is queued
+    # (clustertrain.prepare): compute nodes often have no route out, login nodes do.
+    prepare: tuple[tuple[str, ...], ...] = ()
+    # Keep the usual tools off the network inside the job (render.OFFLINE_ENV).
+    offline: bool = False
     env: tuple[tuple[str, str], ...] = ()
     partition: str | None = None
     account: str | None = None
@@ -116,6 +121,7 @@ class JobSpec:
         """The spec as a job file would hold it (what a run folder records)."""
         data = {name: getattr(self, name) for name in FIELDS}
         data["args"] = list(self.args)
+        data["prepare"] = [list(command) for command in self.prepare]
         data["env"] = dict(self.env)
         data["sbatch_options"] = list(self.sbatch_options)
         data["sweep"] = {name: list(values) for name, values in self.sweep}

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import shutil
 
-from clustertrain import preflight, runs
+from clustertrain import preflight, prepare, runs
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob
 from clustertrain.slurm import Slurm
 
 
 def submit_job(job: RenderedJob, slurm: Slurm | None = None, check: bool = True) -> runs.Run:
-    """Refuse a job the cluster cannot run (unless ``check`` is off), then queue it."""
+    """Refuse a job the cluster cannot run (unless ``check`` is off), run its prepare commands
+    here, then queue it. Preflight comes first: a refusal should not wait for a download."""
     slurm = slurm or Slurm()
     if check:
         preflight.check(job.spec, slurm.cluster_info())
         preflight.check_files(job)
-    path = runs.write_run_files(job)
+    with prepare.run(job.spec, job.workdir) as prepare_log:
+        path = runs.write_run_files(job, prepare_log)
     try:
         job_id = slurm.submit(job)
     except BaseException:

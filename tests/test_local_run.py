@@ -97,7 +97,9 @@ def test_dry_run_prints_the_standalone_launcher_and_writes_nothing(
         "run", "jobs/mnist.yaml", "--nodes", "2", "--dry-run", "--", "--epochs", "1", env=env
     )
     assert done.returncode == 0, done.stderr
-    command = done.stdout.replace("\\\n", "").split()
+    prepare, command_text = done.stdout.split("\ntorchrun ", 1)
+    assert prepare.splitlines()[1:] == ["python -m jobs.mnist.data"], done.stdout
+    command = ("torchrun " + command_text).replace("\\\n", "").split()
     assert command[:4] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=4"]
     tail = "-m jobs.mnist.train --strategy ddp --recipe fast --epochs 2 --epochs 1"
     assert " ".join(command).endswith(tail), done.stdout

@@ -28,6 +28,17 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert f"exec {test}" in ci
 
 
+def test_ci_runs_the_demo_cold_first_and_checks_its_job() -> None:
+    """A fresh machine has no data cache: CI proves the newcomer's path before the suite."""
+    demo, test = _first_commands()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    cold = ci.index("cold=$(mktemp -d /tmp/clustertrain-ci.XXXXXX)")
+    assert ci[cold + 1] == 'export CLUSTERTRAIN_DATA_DIR="$cold/mnist"'
+    demo_line = ci.index(f'CLUSTERTRAIN_RUNS_DIR="$cold/runs" {demo}')
+    check_line = ci.index('CLUSTERTRAIN_RUNS_DIR="$cold/runs" .venv/bin/python scripts/check-demo')
+    assert cold < demo_line < check_line < ci.index(f"exec {test}")
+
+
 def test_the_test_command_fails_when_no_test_runs() -> None:
     script = (ROOT / "scripts" / "test").read_text()
     # pytest exits 5 when nothing was collected; set -e turns that into a failed CI run.

@@ -113,7 +113,7 @@ def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[
         env=_slurm_env(),
         check=True,
     )
-    dry_batch = dry.stdout.split("#### ")[1].split("\n", 1)[1]
+    dry_batch = dry.stdout.split(" (handed to sbatch)\n")[1].split("#### ")[0]
     dry_run_dir = re.search(r"CLUSTERTRAIN_RUN_DIR=(\S+)", dry_batch)
     assert dry_run_dir is not None
     assert received.stdout == dry_batch.replace(dry_run_dir[1], str(run_dir))
@@ -124,6 +124,27 @@ def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[
     status = run_cli("status", job_id, env=env)
     assert "COMPLETED" in status.stdout and "final test accuracy" in status.stdout
     assert job_id in run_cli("list", env=env).stdout
+    # The job file's prepare step ran here before queueing; its output is kept.
+    raw = Path(env["CLUSTERTRAIN_DATA_DIR"]) / "MNIST" / "raw"
+    assert (run_dir / "prepare.log").read_text() == f"{raw}\n"
+
+
+def test_a_job_without_its_data_fails_at_once_in_one_line_and_fetches_nothing(
+    cluster: None, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The newcomer's old failure: with the prepare step skipped and an empty data folder, the
+    job never tries the network (the nodes have no route out): rank 0 says what is missing and
+    how to fetch it, once, and nothing is left in the folder."""
+    empty = tmp_path / "no-data"
+    env = {**env, "CLUSTERTRAIN_DATA_DIR": str(empty)}
+    job_id, _ = submit(env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "2",
+                       "--no-prepare")  # fmt: skip
+    followed = follow(env, job_id)
+    assert followed.returncode != 0 and "FAILED" in followed.stderr
+    said = [line for line in followed.stdout.splitlines() if "MNIST is not in" in line]
+    assert len(said) == 1 and said[0].startswith("node1 rank0 ! error: MNIST is not in"), said
+    assert f"python -m jobs.mnist.data --data-dir {empty}" in said[0]
+    assert "fetching" not in followed.stdout and not empty.exists()
 
 
 def test_accelerate_2x2_is_one_real_4_process_run(cluster: None, env: dict[str, str]) -> None:

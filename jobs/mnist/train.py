@@ -26,7 +26,7 @@ from clustertrain import env as dist_env  # noqa: E402
 from clustertrain import events, runtime  # noqa: E402
 from clustertrain.errors import UserError  # noqa: E402
 
-from . import strategies  # noqa: E402
+from . import data, strategies  # noqa: E402
 from .config import Config, parse_args  # noqa: E402
 from .loop import Trainer  # noqa: E402
 
@@ -42,6 +42,8 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
     if launched.rank != 0 and "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in os.environ:
         sys.stdout = _RankPrefixed(sys.stdout, launched.rank)  # type: ignore[assignment]
         sys.stderr = _RankPrefixed(sys.stderr, launched.rank)  # type: ignore[assignment]
+    # Before the rendezvous: missing data ends every rank at once, with no peer left waiting.
+    raw = data.require_mnist(config.data_dir)
     stop = runtime.StopRequest.install()
     try:
         strategy = strategies.start(config.strategy, launched)
@@ -54,7 +56,7 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
             f"{os.environ.get('SLURMD_NODENAME') or os.uname().nodename}: {strategy.device}",
             flush=True,
         )
-        result = Trainer(config, strategy, phases).run()
+        result = Trainer(config, strategy, phases, raw).run()
         strategy.teardown()
         return result
     finally:
@@ -93,12 +95,26 @@ def _process_start() -> float:
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
+# How long a rank other than 0 waits, after finding the data missing, for its launcher to end it.
+_RANK_0_SPEAKS_S = 30
+
+
+def _leave_it_to_rank_0() -> None:
+    """Every rank reads the same data folder, so rank 0 says what is wrong, once. The others
+    wait to be ended (rank 0's failure ends the job's step): leaving first would make the
+    launcher stop rank 0 before it spoke. A rank still here after the wait says it itself
+    (its node's folder may be the odd one out)."""
+    time.sleep(_RANK_0_SPEAKS_S)
+
+
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     try:
         train(config, started_at=_process_start())
     except UserError as exc:
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+        if isinstance(exc, data.DataError) and rank != "0":
+            _leave_it_to_rank_0()
         prefix = "" if rank == "0" else f"[rank {rank}] "
         print(f"{prefix}error: {exc}", file=sys.stderr, flush=True)
         return 2
