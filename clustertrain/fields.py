@@ -1,7 +1,8 @@
-"""One check per job-file field: each turns a value from a job file or a flag into the spec's
+"""The checks of job-file fields: each turns a value from a job file or a flag into the spec's
 type, or raises :class:`FieldError` naming the field, the value and the fix.
 
-:data:`VALIDATORS` maps every field of :class:`clustertrain.spec.JobSpec` to its check.
+Every field of :class:`clustertrain.spec.JobSpec` names its check in its own declaration; this
+module only defines them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
-from clustertrain import protocol, sbatch, sweep
+from clustertrain import protocol, sbatch
 from clustertrain.errors import FieldError
 from clustertrain.jobfile import Plain, flag_mapping
 
@@ -22,8 +23,9 @@ CONTAINER_RUNTIMES: tuple[str, ...] = get_args(ContainerRuntime)
 # Slurm's own names (partition, account, qos) are plain words; refusing the rest costs nothing.
 _SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MEM = re.compile(r"\d+[KMGT]?")
-_DEPENDENCY = re.compile(r"[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*|singleton")
+# Numbers of at most 12 digits: preflight converts them, and no node has 10^12 MB.
+_MEM = re.compile(r"\d{1,12}[KMGT]?")
+_DEPENDENCY = re.compile(r"[a-z]+(:[0-9_+]{1,24})+([,?][a-z]+(:[0-9_+]{1,24})+){0,64}|singleton")
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|\[\]*:()!-]{1,256}")
 _MAIL_TYPES = {
     "NONE",
@@ -44,9 +46,12 @@ _MAIL_TYPES = {
 _IFNAMES = re.compile(r"[A-Za-z0-9_.-]{1,15}(?:,[A-Za-z0-9_.-]{1,15})*")
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
 # Slurm's time formats (sbatch(1), --time); "25:99" is minutes:seconds with 99 seconds: refused.
+# At most 9 digits a number: a longer one is no time limit, and Python refuses to convert
+# numbers of over 4,300 digits (a traceback where a user should get one line).
 _TIME = re.compile(
-    r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?)"
-    r"|(?:(?P<h>\d+):(?P<m>\d+):(?P<s>\d+))|(?:(?P<mm>\d+):(?P<ss>\d+))|(?P<min>\d+)"
+    r"(?:(?P<d>\d{1,9})-(?P<dh>\d{1,9})(?::(?P<dm>\d{1,9})(?::(?P<ds>\d{1,9}))?)?)"
+    r"|(?:(?P<h>\d{1,9}):(?P<m>\d{1,9}):(?P<s>\d{1,9}))|(?:(?P<mm>\d{1,9}):(?P<ss>\d{1,9}))"
+    r"|(?P<min>\d{1,9})"
 )
 _MAX_TIME_S = 365 * 24 * 3600
 
@@ -54,7 +59,7 @@ _MAX_TIME_S = 365 * 24 * 3600
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-def _int(low: int, high: int) -> Any:
+def int_range(low: int, high: int) -> Any:
     def check(name: str, value: Any) -> int:
         valid = f"must be an integer from {low} to {high}"
         if isinstance(value, Plain):  # unquoted in a job file: decimal digits only
@@ -70,12 +75,12 @@ def _int(low: int, high: int) -> Any:
     return check
 
 
-def _optional_int(low: int, high: int) -> Any:
-    check_int = _int(low, high)
+def optional_int(low: int, high: int) -> Any:
+    check_int = int_range(low, high)
     return lambda name, value: None if value is None else check_int(name, value)
 
 
-def _bool(name: str, value: Any) -> bool:
+def boolean(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise FieldError(name, value, "must be true or false")
     return value
@@ -91,7 +96,7 @@ def _text(name: str, value: Any, max_len: int = 4096) -> str:
     return str(value)
 
 
-def _pattern(regex: re.Pattern[str], valid: str) -> Any:
+def pattern(regex: re.Pattern[str], valid: str) -> Any:
     def check(name: str, value: Any) -> str | None:
         if value is None:
             return None
@@ -102,7 +107,7 @@ def _pattern(regex: re.Pattern[str], valid: str) -> Any:
     return check
 
 
-def _name(name: str, value: Any) -> str:
+def name_text(name: str, value: Any) -> str:
     text = _text(name, value, max_len=128)
     if not text or not text.isprintable() or "%" in text or sbatch.UNSAFE.search(text):
         raise FieldError(
@@ -128,7 +133,7 @@ def time_seconds(text: str) -> int | None:
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
-def _time(name: str, value: Any) -> str:
+def time_limit(name: str, value: Any) -> str:
     """Validate a Slurm time limit and normalise it to [D-]HH:MM:SS."""
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     total = time_seconds(text) if isinstance(text, str) else None
@@ -147,13 +152,13 @@ def format_time(seconds: int) -> str:
     return f"{days}-{clock}" if days else clock
 
 
-def _launcher(name: str, value: Any) -> str:
+def launcher(name: str, value: Any) -> str:
     if value not in LAUNCHERS:
         raise FieldError(name, value, "must be one of: " + ", ".join(LAUNCHERS))
     return str(value)
 
 
-def _module(name: str, value: Any) -> str | None:
+def module(name: str, value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > 256 or not _MODULE.fullmatch(value):
@@ -161,7 +166,7 @@ def _module(name: str, value: Any) -> str | None:
     return value
 
 
-def _script(name: str, value: Any) -> str | None:
+def script(name: str, value: Any) -> str | None:
     if value is None:
         return None
     text = _text(name, value, max_len=1024)
@@ -172,7 +177,7 @@ def _script(name: str, value: Any) -> str | None:
     return text
 
 
-def _args(name: str, value: Any) -> tuple[str, ...]:
+def words(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise FieldError(name, value, "must be a list of strings, e.g. [--epochs, '3']")
     return tuple(_text(f"{name}[{i}]", _as_text(f"{name}[{i}]", v)) for i, v in enumerate(value))
@@ -182,7 +187,7 @@ def _args(name: str, value: Any) -> tuple[str, ...]:
 _MAX_COMMANDS, _MAX_WORDS = 16, 256
 
 
-def _prepare(name: str, value: Any) -> tuple[tuple[str, ...], ...]:
+def commands(name: str, value: Any) -> tuple[tuple[str, ...], ...]:
     """Commands run on the submit host before queueing, each a list of words (never a shell
     line): ``[python, -m, jobs.mnist.data]`` is one command, a list of such lists several."""
     example = "a command as a list of words, e.g. [python, -m, jobs.mnist.data], or a list of them"
@@ -198,14 +203,24 @@ def _prepare(name: str, value: Any) -> tuple[tuple[str, ...], ...]:
             raise FieldError(where, command, "must be " + example)
         if len(command) > _MAX_WORDS:
             raise FieldError(where, f"{len(command)} words", f"must be at most {_MAX_WORDS}")
-        words = _args(where, command)
-        if not words[0] or words[0].startswith("-") or not words[0].isprintable():
-            raise FieldError(where, words[0], "must start with the program to run, e.g. python")
-        checked.append(words)
+        argv = words(where, command)
+        if not argv[0] or argv[0].startswith("-") or not argv[0].isprintable():
+            raise FieldError(where, argv[0], "must start with the program to run, e.g. python")
+        checked.append(argv)
     return tuple(checked)
 
 
-def _env(
+def split_words(command: str) -> list[str]:
+    """A --prepare value as words, split as a shell would split it; nothing runs it in one."""
+    import shlex
+
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise FieldError("prepare", command, f"cannot be split into words ({exc})") from None
+
+
+def env_mapping(
     name: str, value: Any, allowed: frozenset[str] = frozenset()
 ) -> tuple[tuple[str, str], ...]:
     """KEY=VALUE pairs; keys the scripts or bash read themselves are refused, but ``allowed``."""
@@ -259,7 +274,7 @@ def _reserved_env_key(key: str) -> bool:
     )
 
 
-def _sbatch_options(name: str, value: Any) -> tuple[str, ...]:
+def sbatch_options(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise FieldError(name, value, "must be a list like ['--reservation=gpu-maint']")
     for option in value:
@@ -271,16 +286,15 @@ def _sbatch_options(name: str, value: Any) -> tuple[str, ...]:
     return tuple(str(option) for option in value)
 
 
-def _mail_type(name: str, value: Any) -> str | None:
+def mail_type(name: str, value: Any) -> str | None:
     if value is None:
         return None
-    types = value.split(",") if isinstance(value, str) else [value]
-    if not all(t in _MAIL_TYPES for t in types):
+    if not isinstance(value, str) or not all(t in _MAIL_TYPES for t in value.split(",")):
         raise FieldError(name, value, "must be a comma list of " + ", ".join(sorted(_MAIL_TYPES)))
     return str(value)
 
 
-def _venv(name: str, value: Any) -> str | None:
+def venv(name: str, value: Any) -> str | None:
     if value is None:
         return None
     text = _text(name, value, max_len=1024)
@@ -297,13 +311,13 @@ _MOUNT_PATH = r"/[A-Za-z0-9_./@+=~-]*"
 _MOUNT = re.compile(rf"(?P<src>{_MOUNT_PATH})(?::(?P<dst>{_MOUNT_PATH}))?(?::(?P<mode>ro|rw))?")
 
 
-def _container_runtime(name: str, value: Any) -> str | None:
+def container_runtime(name: str, value: Any) -> str | None:
     if value is not None and value not in CONTAINER_RUNTIMES:
         raise FieldError(name, value, "must be one of: " + ", ".join(CONTAINER_RUNTIMES))
     return value
 
 
-def _container_mounts(name: str, value: Any) -> tuple[str, ...]:
+def container_mounts(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise FieldError(name, value, "must be a list like ['/datasets:/data:ro']")
     for mount in value:
@@ -317,51 +331,21 @@ def _container_mounts(name: str, value: Any) -> tuple[str, ...]:
     return tuple(str(mount) for mount in value)
 
 
-def _container_env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
+def container_env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
     # PATH too: an image's tools may live elsewhere (/opt/conda/bin), and only the container
     # side reads these.
-    return _env(name, value, allowed=frozenset({"PATH"}))
+    return env_mapping(name, value, allowed=frozenset({"PATH"}))
 
 
-VALIDATORS: dict[str, Any] = {
-    "name": _name,
-    "nodes": _int(1, 10_000),
-    "gpus_per_node": _int(0, 64),
-    "procs_per_node": _optional_int(1, 256),
-    "gpus_as_gres": _bool,
-    "cpus_per_task": _int(1, 4096),
-    "time": _time,
-    "launcher": _launcher,
-    "script": _script,
-    "module": _module,
-    "args": _args,
-    "prepare": _prepare,
-    "offline": _bool,
-    "env": _env,
-    "partition": _pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug"),
-    "account": _pattern(_SLURM_NAME, "must be a Slurm account name like proj-123"),
-    "qos": _pattern(_SLURM_NAME, "must be a Slurm QOS name like normal"),
-    "constraint": _pattern(_CONSTRAINT, "must be a Slurm feature expression like 'a100&ib'"),
-    "exclusive": _bool,
-    "mem": _pattern(_MEM, "must be a size like 64G or 0 (all of a node's memory)"),
-    "mail_type": _mail_type,
-    "mail_user": _pattern(_EMAIL, "must be an e-mail address"),
-    "dependency": _pattern(_DEPENDENCY, "must be like afterok:123 or afterany:1:2"),
-    "sbatch_options": _sbatch_options,
-    "signal_lead_s": _int(10, 65535),
-    "max_restarts": _int(0, 100),
-    "max_requeues": _int(0, 100),
-    "requeue_on_node_failure": _bool,
-    "node_check": _bool,
-    "rdzv_timeout_s": _int(10, 3600),
-    "socket_ifname": _pattern(_IFNAMES, "must be interface names like eth0 or ib0,ib1"),
-    "venv": _venv,
-    "sweep": sweep.parse,
-    "max_parallel": _optional_int(1, sweep.MAX_TASKS),
-    "container_image": _pattern(
-        _IMAGE, "must be one image name or path, e.g. /images/torch.sif or nvcr.io#nvidia/pytorch"
-    ),
-    "container_runtime": _container_runtime,
-    "container_mounts": _container_mounts,
-    "container_env": _container_env,
-}
+# The checks that are a pattern: each field of JobSpec names its check (clustertrain.spec).
+partition = pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug")
+account = pattern(_SLURM_NAME, "must be a Slurm account name like proj-123")
+qos = pattern(_SLURM_NAME, "must be a Slurm QOS name like normal")
+constraint = pattern(_CONSTRAINT, "must be a Slurm feature expression like 'a100&ib'")
+mem = pattern(_MEM, "must be a size like 64G or 0 (all of a node's memory)")
+mail_user = pattern(_EMAIL, "must be an e-mail address")
+dependency = pattern(_DEPENDENCY, "must be like afterok:123 or afterany:1:2")
+socket_ifname = pattern(_IFNAMES, "must be interface names like eth0 or ib0,ib1")
+container_image = pattern(
+    _IMAGE, "must be one image name or path, e.g. /images/torch.sif or nvcr.io#nvidia/pytorch"
+)

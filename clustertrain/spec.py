@@ -8,70 +8,166 @@ quoted literally by the renderer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clustertrain import sweep
+from clustertrain import fields, sweep
 from clustertrain.errors import FieldError
-from clustertrain.fields import VALIDATORS, ContainerRuntime, Launcher
+from clustertrain.fields import ContainerRuntime, Launcher
 from clustertrain.jobfile import Plain
+from clustertrain.sweep import MAX_TASKS as MAX_SWEEP_TASKS
 from clustertrain.sweep import Sweep
+from clustertrain.sweep import parse as parse_sweep
+
+
+def _field(
+    default: Any,
+    check: Callable[[str, Any], Any],
+    help: str,
+    *,
+    flag: str | None = "",
+    metavar: str | None = None,
+    default_text: str | None = None,
+    from_flag: Callable[[str], Any] | None = None,
+) -> Any:
+    """A spec field with everything the job file, the flags and the docs need, said once:
+    its ``check`` (clustertrain.fields), its ``help``, and its flag where the name alone is not
+    it (``flag=None``: no flag). The CLI builds its options from these (clustertrain.cli_options)
+    and adds the default to the help from ``default``, or ``default_text`` where it is derived.
+    ``from_flag`` turns one flag value into what a job file would hold."""
+    meta = {"check": check, "help": help, "flag": flag, "metavar": metavar}
+    meta |= {"default_text": default_text, "from_flag": from_flag}
+    return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """A validated multi-node training job. Build it with :func:`build_spec`."""
 
-    name: str = "mnist"
-    nodes: int = 1
-    gpus_per_node: int = 0
-    procs_per_node: int | None = None
-    gpus_as_gres: bool = False
-    # CPUs of each node's one task, shared by its processes. 0 (the default): 2 per process,
-    # at least 4, resolved at construction, so 8 ranks of a node do not share 4 CPUs.
-    cpus_per_task: int = 0
-    time: str = "01:00:00"
-    launcher: Launcher = "torchrun"
+    name: str = _field("mnist", fields.name_text, "Slurm job name.")
+    nodes: int = _field(
+        1, fields.int_range(1, 10_000), "Nodes to allocate (one launcher per node)."
+    )
+    gpus_per_node: int = _field(0, fields.int_range(0, 64), "GPUs per node; one process per GPU.")
+    procs_per_node: int | None = _field(
+        None,
+        fields.optional_int(1, 256),
+        "Processes per node when it differs from the GPUs (CPU-only nodes).",
+        default_text="one per GPU, at least 1",
+    )
+    gpus_as_gres: bool = _field(
+        False, fields.boolean, "Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).",
+        flag="--gres",
+    )  # fmt: skip
+    # CPUs of each node's one task, shared by its processes. 0: 2 per process, at least 4,
+    # resolved at construction, so 8 ranks of a node do not share 4 CPUs.
+    cpus_per_task: int = _field(
+        0, fields.int_range(1, 4096), "CPUs for each node's launcher task.",
+        default_text="2 per process, at least 4",
+    )  # fmt: skip
+    time: str = _field("01:00:00", fields.time_limit, "Time limit, e.g. 01:30:00 or 2-00:00:00.")
+    launcher: Launcher = _field("torchrun", fields.launcher, "torchrun or accelerate.")
     # What each process runs: a script path, or a module run as `python -m` (one of the two).
-    script: str | None = None
-    module: str | None = "jobs.mnist.train"
-    args: tuple[str, ...] = ()
+    script: str | None = _field(
+        None, fields.script, "Training script every process runs, e.g. train.py."
+    )
+    module: str | None = _field(
+        "jobs.mnist.train", fields.module, "Python module every process runs as `python -m`."
+    )
+    args: tuple[str, ...] = _field(
+        (), fields.words, "Arguments of the training script (after -- on the command line).",
+        flag=None,
+    )  # fmt: skip
     # Commands run on the submit host, in the submit directory, before anything is queued
     # (clustertrain.prepare): compute nodes often have no route out, login nodes do.
-    prepare: tuple[tuple[str, ...], ...] = ()
-    # Keep the usual tools off the network inside the job (render.OFFLINE_ENV).
-    offline: bool = False
-    env: tuple[tuple[str, str], ...] = ()
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    exclusive: bool = False
-    mem: str | None = None
-    mail_type: str | None = None
-    mail_user: str | None = None
-    dependency: str | None = None
-    sbatch_options: tuple[str, ...] = ()
-    signal_lead_s: int = 120
-    max_restarts: int = 0
-    max_requeues: int = 3
+    prepare: tuple[tuple[str, ...], ...] = _field(
+        (),
+        fields.commands,
+        "A command run here, in this directory, before queueing (split like a shell line, "
+        "never run by one; repeatable; replaces the job file's).",
+        metavar="'CMD ARG...'",
+        from_flag=fields.split_words,
+    )
+    offline: bool = _field(
+        False,
+        fields.boolean,
+        "Keep Hugging Face and W&B off the network inside the job (HF_HUB_OFFLINE=1...).",
+    )
+    env: tuple[tuple[str, str], ...] = _field(
+        (), fields.env_mapping, "Environment variable for the job (repeatable).",
+        metavar="KEY=VALUE",
+    )  # fmt: skip
+    partition: str | None = _field(None, fields.partition, "Slurm partition.")
+    account: str | None = _field(None, fields.account, "Slurm account to charge.")
+    qos: str | None = _field(None, fields.qos, "Slurm quality of service.")
+    constraint: str | None = _field(
+        None, fields.constraint, "Node features the job needs, e.g. 'a100&ib'."
+    )
+    exclusive: bool = _field(False, fields.boolean, "Whole nodes for this job.")
+    mem: str | None = _field(None, fields.mem, "Memory per node, e.g. 64G.")
+    mail_type: str | None = _field(None, fields.mail_type, "When Slurm mails, e.g. END,FAIL.")
+    mail_user: str | None = _field(None, fields.mail_user, "Who Slurm mails.")
+    dependency: str | None = _field(None, fields.dependency, "e.g. afterok:1234")
+    sbatch_options: tuple[str, ...] = _field(
+        (), fields.sbatch_options, "Any other sbatch option, passed through (repeatable).",
+        flag="--sbatch-option", metavar="--OPT=VALUE",
+    )  # fmt: skip
+    signal_lead_s: int = _field(
+        120, fields.int_range(10, 65535),
+        "Seconds before the time limit at which the job is warned (USR2).", flag="--signal-lead",
+    )  # fmt: skip
+    max_restarts: int = _field(0, fields.int_range(0, 100), "Worker restarts the launcher may do.")
+    max_requeues: int = _field(3, fields.int_range(0, 100), "Requeues after a checkpoint.")
     # A node lost mid-job: requeue (without it, from the last checkpoint) instead of ending.
-    requeue_on_node_failure: bool = False
-    node_check: bool = True
-    rdzv_timeout_s: int = 120
+    requeue_on_node_failure: bool = _field(
+        False, fields.boolean, "A node lost mid-job: requeue without it and resume."
+    )
+    node_check: bool = _field(
+        True, fields.boolean, "Check every node's view of the head node before training."
+    )
+    rdzv_timeout_s: int = _field(
+        120, fields.int_range(10, 3600),
+        "Seconds the rendezvous and the first all-reduce may take.", flag="--rdzv-timeout",
+    )  # fmt: skip
     # The interface(s) gloo and NCCL use; None: each node's route to the head node decides.
-    socket_ifname: str | None = None
-    venv: str | None = None
+    socket_ifname: str | None = _field(
+        None, fields.socket_ifname, "Interface(s) for gloo and NCCL, e.g. ib0.",
+        default_text="each node's route to the head node",
+    )  # fmt: skip
+    venv: str | None = _field(
+        None, fields.venv, "Virtual environment the nodes use.", default_text="the current one"
+    )
     # A job array: each task this job with one combination of values (clustertrain.sweep).
-    sweep: Sweep = ()
-    max_parallel: int | None = None
+    sweep: Sweep = _field(
+        (), parse_sweep,
+        "A job array: each task passes --NAME V; the tasks are the product (repeatable).",
+        metavar="NAME=V1,V2",
+    )  # fmt: skip
+    max_parallel: int | None = _field(
+        None, fields.optional_int(1, MAX_SWEEP_TASKS), "Tasks of a sweep that may run at once.",
+        default_text="all",
+    )  # fmt: skip
     # The image the launcher and its ranks run in; the batch shell stays on the host
     # (clustertrain.container).
-    container_image: str | None = None
-    container_runtime: ContainerRuntime | None = None
-    container_mounts: tuple[str, ...] = ()
-    container_env: tuple[tuple[str, str], ...] = ()
+    container_image: str | None = _field(
+        None,
+        fields.container_image,
+        "Image the launcher and its ranks run in (pyxis: a name or .sqsh; apptainer: a .sif; "
+        "oci: a root filesystem folder).",
+    )
+    container_runtime: ContainerRuntime | None = _field(
+        None, fields.container_runtime, "pyxis, apptainer or oci (Slurm's srun --container)."
+    )
+    container_mounts: tuple[str, ...] = _field(
+        (), fields.container_mounts,
+        "Another folder to mount in the container (repeatable; the run folder and the working "
+        "directory always are).", flag="--container-mount", metavar="SRC[:DST[:ro]]",
+    )  # fmt: skip
+    container_env: tuple[tuple[str, str], ...] = _field(
+        (), fields.container_env, "Environment variable set inside the container only "
+        "(repeatable).", metavar="KEY=VALUE",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.max_parallel is not None and not self.sweep:
@@ -131,6 +227,10 @@ class JobSpec:
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JobSpec))
+# Each field's check, read from its declaration.
+VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    f.name: f.metadata["check"] for f in dataclasses.fields(JobSpec)
+}
 
 
 def build_spec(

@@ -146,7 +146,7 @@ def test_accelerate_job_file(cli_env: dict[str, str]) -> None:
         (["--env", "no_equals"], "env"),
         (["--partition", "gpu;reboot"], "partition"),
         (["missing.yaml"], "job file"),
-        (["--nodes", "two"], "'--nodes'"),
+        (["--nodes", "two"], "nodes: invalid value 'two'; must be an integer"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(

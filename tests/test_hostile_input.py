@@ -58,7 +58,7 @@ REFUSED: list[tuple[list[str], str]] = [
     (["--time", "$(id)"], "time"),
     (["--nodes", "99999999999"], "nodes"),
     (["--nodes", "-5"], "nodes"),
-    (["--gpus-per-node", "1e3"], "--gpus-per-node"),
+    (["--gpus-per-node", "1e3"], "gpus_per_node"),
     (["--gpus-per-node", "65"], "gpus_per_node"),
     (["--cpus-per-task", "0"], "cpus_per_task"),
     (["--launcher", "torchrun; id"], "launcher"),
