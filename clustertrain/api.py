@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from clustertrain import runs
 from clustertrain.errors import UserError
+from clustertrain.files import read_regular
 from clustertrain.render import RenderedJob
 
 if TYPE_CHECKING:
-    from clustertrain.slurm import JobState
+    from clustertrain.jobstate import JobState
 
 
 def plan(
@@ -191,7 +192,7 @@ class Job:
         path = self.run.out_dir / "metrics.jsonl"
         if not path.exists():
             return []
-        text = runs.read_regular(path, 256 << 20).decode("utf-8", "replace")
+        text = read_regular(path, 256 << 20).decode("utf-8", "replace")
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ from clustertrain import __version__, cli_runs
 from clustertrain.cli_cluster import cluster
 from clustertrain.cli_options import prepare_option, runs_dir_option, spec_fields, spec_options
 from clustertrain.errors import UserError
+from clustertrain.files import printable
 
 _EPILOG_SUBMIT = """\b
 Examples:
@@ -171,9 +172,9 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
 
     for run in runs.all_runs(runs.runs_root(runs_dir), warn)[:limit]:
         click.echo(
-            f"{run.job_id:>8}  {runs.printable(run.submitted_at)}  {runs.printable(run.name):<16} "
+            f"{run.job_id:>8}  {printable(run.submitted_at)}  {printable(run.name):<16} "
             f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
-            f"{runs.printable(str(run.path))}{_sweep_counts(run)}"
+            f"{printable(str(run.path))}{_sweep_counts(run)}"
         )
 
 

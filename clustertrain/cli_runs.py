@@ -9,10 +9,11 @@ import click
 
 from clustertrain.cli_options import runs_dir_option
 from clustertrain.errors import UserError
+from clustertrain.files import printable
 
 if TYPE_CHECKING:
     from clustertrain.api import Job
-    from clustertrain.slurm import JobState
+    from clustertrain.jobstate import JobState
 
 
 @click.command(epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42")
@@ -28,7 +29,7 @@ def status(job: str, runs_dir: str | None) -> None:
     if runs.tasks(run):
         _sweep_status(attached, state)
         return
-    click.echo(f"job {run.job_id} ({runs.printable(run.name)}): {state.state}")
+    click.echo(f"job {run.job_id} ({printable(run.name)}): {state.state}")
     click.echo(
         f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
         f"restarts: {state.restarts}"
@@ -57,14 +58,14 @@ def status(job: str, runs_dir: str | None) -> None:
 
 def _sweep_status(job: Job, state: JobState) -> None:
     """An array: its state with a count per state, then a line per task."""
-    from clustertrain import results, runs
+    from clustertrain import results
 
     run = job.run
-    click.echo(f"sweep {run.job_id} ({runs.printable(run.name)}): {state.state} ({state.counts()})")
+    click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
     click.echo(f"  run folder: {run.path}")
     for row in sorted(results.rows(run, state), key=lambda r: r.task):
         acc = f", test accuracy {100 * row.test_acc:.2f} %" if row.test_acc is not None else ""
-        params = runs.printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
+        params = printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
         click.echo(f"  task {row.task} ({params}): {row.state}{acc}")
     click.echo(
         f"  one task: clustertrain status {run.job_id}_K; all: clustertrain results {run.job_id}"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
+from clustertrain.files import RunFolderError, read_regular
 
 # In the order a job goes through them.
 NAMES = (
@@ -70,7 +71,6 @@ def _attempt() -> int:
 
 def read(path: Path) -> list[Event]:
     """The well-formed events of ``path`` in file order; anything else is left out."""
-    from clustertrain.runs import RunFolderError, read_regular
 
     try:
         data = read_regular(path, MAX_BYTES, tail=True).decode("utf-8", "replace")

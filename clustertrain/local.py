@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
+from clustertrain.files import RunFolderError, read_regular
+from clustertrain.jobstate import LOCAL_ID, JobState
 from clustertrain.procs import start_time
 from clustertrain.render import OFFLINE_ENV, rank_environment
 from clustertrain.spec import JobSpec
 
-LOCAL_ID = re.compile(r"local-[0-9]{1,10}")
 STATE_FILE = "local.json"
 NODE = re.sub(r"[^A-Za-z0-9._-]", "-", os.uname().nodename) or "localhost"
 
@@ -85,8 +86,6 @@ def write_state(run_dir: Path, **fields: Any) -> None:
 
 
 def read_state(run_dir: Path) -> dict[str, Any]:
-    from clustertrain.runs import RunFolderError, read_regular
-
     try:
         record = json.loads(read_regular(run_dir / STATE_FILE, 4096).decode("utf-8"))
     except (RunFolderError, UnicodeDecodeError, ValueError):
@@ -95,9 +94,7 @@ def read_state(run_dir: Path) -> dict[str, Any]:
 
 
 def state(run_dir: Path, job_id: str) -> Any:
-    """The run's :class:`~clustertrain.slurm.JobState`, in Slurm's words."""
-    from clustertrain.slurm import JobState
-
+    """The run's :class:`~clustertrain.jobstate.JobState`, in Slurm's words."""
     record = read_state(run_dir)
     pid, started, code = record.get("pid"), record.get("start_time"), record.get("exit_code")
     if isinstance(code, int) and not isinstance(code, bool):

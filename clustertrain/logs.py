@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from clustertrain import protocol
+from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.follow import CYCLE_S, LogFile, Tail, list_log_files
-from clustertrain.runs import Run, RunFolderError, printable, read_regular, tasks
-from clustertrain.slurm import JobState
+from clustertrain.jobstate import JobState
+from clustertrain.runs import Run, tasks
 
 _RANK_PREFIX = protocol.RANK_PREFIX
 _LOCAL_RANK_PREFIX = protocol.LOCAL_RANK_PREFIX

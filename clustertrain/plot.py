@@ -15,7 +15,8 @@ from typing import Any
 import matplotlib
 
 from clustertrain import events, sweep, timeline
-from clustertrain.runs import Run, printable, tasks
+from clustertrain.files import printable
+from clustertrain.runs import Run, tasks
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {

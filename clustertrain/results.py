@@ -10,8 +10,9 @@ import json
 from dataclasses import asdict, dataclass
 
 from clustertrain import events, sweep, timeline
-from clustertrain.runs import Run, printable, task
-from clustertrain.slurm import JobState
+from clustertrain.files import printable
+from clustertrain.jobstate import JobState
+from clustertrain.runs import Run, task
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,9 +21,9 @@ from typing import Any, BinaryIO
 from clustertrain import container, events, protocol, sweep
 from clustertrain.errors import UserError
 from clustertrain.fields import LAUNCHERS
-from clustertrain.local import LOCAL_ID
+from clustertrain.files import RunFolderError, printable, read_regular
+from clustertrain.jobstate import JOB_ID, LOCAL_ID
 from clustertrain.render import RenderedJob
-from clustertrain.slurm import JOB_ID
 
 RECORD = "job.json"
 # The output of the job's prepare commands (clustertrain.prepare), run before it was queued.
@@ -33,40 +32,6 @@ DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_RECORD_BYTES = 64 << 10
 _MAX_METRICS_TAIL = 1 << 20
-
-
-class RunFolderError(UserError):
-    """A run folder whose files are not what clustertrain wrote."""
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters (terminal escapes, newlines) shown as escapes.
-
-    Names and log lines come from run folders, which anyone who can write there may craft.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
-
-
-def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
-    """At most ``limit`` bytes of a regular file (the last ones with ``tail``); a symlink, a
-    FIFO or a device is refused without blocking."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise RunFolderError(f"{path}: not a regular file")
-        if tail and info.st_size > limit:
-            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
-        elif not tail and info.st_size > limit:
-            raise RunFolderError(f"{path}: larger than {limit} bytes")
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
 
 
 def runs_root(flag: str | None) -> Path:

@@ -15,34 +15,18 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from clustertrain.container import APPTAINER
 from clustertrain.errors import UserError
 from clustertrain.fields import CONTAINER_RUNTIMES, time_seconds
+from clustertrain.jobstate import JOB_ID, TERMINAL_STATES, JobState
 from clustertrain.preflight import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.render import RenderedJob
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
-TERMINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "PREEMPTED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "REVOKED",
-    }
-)
 _KEY_VALUE = re.compile(r"(\w+)=(\S*)")
-# Slurm job ids, and array tasks (N_M): nothing else reaches a Slurm command.
-JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?")
 
 
 class SlurmUnreachable(UserError):
@@ -53,30 +37,6 @@ def checked_job_id(job_id: str) -> str:
     if not JOB_ID.fullmatch(job_id):
         raise UserError(f"JOB: {job_id[:40]!r} is not a Slurm job id (digits, or N_M)")
     return job_id
-
-
-@dataclass(frozen=True)
-class JobState:
-    job_id: str
-    state: str
-    nodes: str = ""
-    elapsed: str = ""
-    restarts: int = 0
-    exit_code: str = ""
-    reason: str = ""
-    # A job array's tasks (number, state); empty for a job or one task.
-    tasks: tuple[tuple[int, str], ...] = ()
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    def counts(self) -> str:
-        """``2 RUNNING, 4 PENDING``: the array's tasks per state."""
-        seen: dict[str, int] = {}
-        for _, state in self.tasks:
-            seen[state] = seen.get(state, 0) + 1
-        return ", ".join(f"{n} {state}" for state, n in seen.items())
 
 
 def local_cluster_dir() -> Path:

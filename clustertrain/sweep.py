@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain.errors import FieldError
+from clustertrain.files import RunFolderError, read_regular
 from clustertrain.jobfile import flag_mapping
 
 Sweep = tuple[tuple[str, tuple[str, ...]], ...]
@@ -101,7 +102,6 @@ def write_table(run_dir: Path, sweep: Sweep) -> None:
 def read_table(run_dir: Path) -> dict[int, dict[str, str]]:
     """Task number to parameters, from a run folder's ``sweep.json``; {} when there is none or
     it is not what clustertrain wrote."""
-    from clustertrain.runs import RunFolderError, read_regular
 
     try:
         data = json.loads(read_regular(run_dir / TABLE, 16 << 20).decode("utf-8"))

@@ -10,8 +10,8 @@ import pytest
 
 from clustertrain import follow, logs, runs
 from clustertrain.errors import UserError
+from clustertrain.jobstate import JobState
 from clustertrain.render import render
-from clustertrain.slurm import JobState
 from clustertrain.spec import build_spec
 
 

@@ -12,8 +12,9 @@ import pytest
 
 from clustertrain import results, runs, sweep
 from clustertrain.errors import UserError
+from clustertrain.jobstate import JobState
 from clustertrain.render import render
-from clustertrain.slurm import JobState, parse_scontrol_job
+from clustertrain.slurm import parse_scontrol_job
 from clustertrain.spec import build_spec
 from tests.conftest import run_cli
 

@@ -1,0 +1,48 @@
+"""Reading files that anyone who can write a run folder may have crafted: bounded, never
+through a symlink, never blocking on a FIFO or a device; and printing their text safely.
+
+Every reader of run folders, event logs and sweep tables uses these, on the submit side and
+the rank side alike.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from clustertrain.errors import UserError
+
+
+class RunFolderError(UserError):
+    """A run folder whose files are not what clustertrain wrote."""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escapes, newlines) shown as escapes.
+
+    Names and log lines come from run folders, which anyone who can write there may craft.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
+
+
+def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
+    """At most ``limit`` bytes of a regular file (the last ones with ``tail``); a symlink, a
+    FIFO or a device is refused without blocking."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RunFolderError(f"{path}: not a regular file")
+        if tail and info.st_size > limit:
+            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
+        elif not tail and info.st_size > limit:
+            raise RunFolderError(f"{path}: larger than {limit} bytes")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
