@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from clustertrain.backends.slurm import Slurm, slurm_environ  # noqa: E402
 from clustertrain.env import rendezvous_port  # noqa: E402
 from clustertrain.nodecheck import probe  # noqa: E402
-from clustertrain.slurm import Slurm, slurm_environ  # noqa: E402
 
 TRAIN_ARGS = ["--strategy", "ddp", "--recipe", "fast", "--limit-train", "4000"]
 TRAIN_ARGS += ["--batch-size", "32", "--lr", "0.05", "--epochs", "3", "--log-every", "5"]

@@ -32,9 +32,9 @@ JOB_ID = "4242"
 
 def follower(logs: Path, done_flag: Path) -> None:
     """The measured side: clustertrain's own follower, until ``done_flag`` exists."""
-    from clustertrain import logs as joblogs
     from clustertrain.jobstate import JobState
     from clustertrain.runs import Run
+    from clustertrain.runs import logs as joblogs
 
     run = Run(logs.parent, JOB_ID, "bench", "", 1, 1, "torchrun")
     started = time.process_time()

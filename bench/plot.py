@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from clustertrain import events, runs, timeline
+from clustertrain import events, runs
 from clustertrain.render import render
+from clustertrain.runs import timeline
 from clustertrain.spec import build_spec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -39,7 +39,7 @@ srun --kill-on-bad-exit=1 {venv}/bin/torchrun --nnodes=2 --nproc-per-node=2 \\
 
 def _slurm_env() -> dict[str, str]:
     sys.path.insert(0, str(ROOT))
-    from clustertrain.slurm import slurm_environ
+    from clustertrain.backends.slurm import slurm_environ
 
     return slurm_environ()
 

@@ -24,7 +24,7 @@ BASE = ["jobs/mnist.yaml", "--nodes", "2", "--sbatch-option=--hold"]
 
 
 def _slurm_env() -> dict[str, str]:
-    from clustertrain.slurm import slurm_environ
+    from clustertrain.backends.slurm import slurm_environ
 
     return slurm_environ()
 

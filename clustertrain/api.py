@@ -47,10 +47,9 @@ def plan(
     """The job as it would be submitted (the dry run): validated, rendered, nothing written.
 
     ``skip_prepare`` drops the job's prepare commands (``--no-prepare``)."""
-    from clustertrain import jobfile
     from clustertrain.errors import FieldError
     from clustertrain.render import render
-    from clustertrain.spec import build_spec
+    from clustertrain.spec import build_spec, jobfile
 
     if skip_prepare:
         if fields.get("prepare"):
@@ -81,13 +80,13 @@ def submit(
 
     With ``dry_run=True`` nothing is checked against Slurm, run or written: the rendered job
     comes back instead (``.batch_script``, ``.launch_script``, ``.dry_run_text()``). Otherwise
-    the job's prepare commands run here first (see :mod:`clustertrain.prepare`;
+    the job's prepare commands run here first (see :mod:`clustertrain.backends.prepare`;
     ``skip_prepare=True`` skips them).
     """
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if dry_run:
         return job
-    from clustertrain.submission import submit_job
+    from clustertrain.backends.submission import submit_job
 
     return Job(submit_job(job, check=preflight))
 
@@ -99,9 +98,10 @@ def run_local(
     runs_dir: str | None = None,
     **fields: Any,
 ) -> Job:
-    """Start the job on this machine without Slurm (see :mod:`clustertrain.local`); returns
+    """Start the job on this machine without Slurm (see :mod:`clustertrain.backends.local`); returns
     at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
-    from clustertrain import local, prepare, procs
+    from clustertrain import procs
+    from clustertrain.backends import local, prepare
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if job.spec.sweep:
@@ -113,7 +113,7 @@ def run_local(
         )
     with prepare.run(job.spec, job.workdir) as prepare_log:
         path = runs.write_run_files(job, prepare_log)
-    supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.local", str(path)])
+    supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.backends.local", str(path)])
     local.write_state(path, pid=supervisor.pid, start_time=procs.start_time(supervisor.pid))
     started = Job(runs.record_submission(job, f"local-{supervisor.pid}"))
     started._process = supervisor
@@ -147,8 +147,8 @@ class Job:
 
     def job_state(self) -> JobState:
         """State, nodes, elapsed time and restarts, as Slurm reports them now."""
-        from clustertrain import local
-        from clustertrain.slurm import Slurm
+        from clustertrain.backends import local
+        from clustertrain.backends.slurm import Slurm
 
         if local.is_local(self.job_id):
             if self._process is not None:
@@ -171,7 +171,7 @@ class Job:
     ) -> Iterator[str]:
         """Every rank's lines, ``node1 rank0 | ...`` (only ``rank``'s or ``node``'s if given);
         with ``follow``, new ones as they come, until the job ends."""
-        from clustertrain import logs
+        from clustertrain.runs import logs
 
         filters = logs.Filter(rank=rank, node=node)
         if follow:
@@ -179,8 +179,8 @@ class Job:
         return logs.read_all(self.run, filters)
 
     def cancel(self) -> None:
-        from clustertrain import local
-        from clustertrain.slurm import Slurm
+        from clustertrain.backends import local
+        from clustertrain.backends.slurm import Slurm
 
         if local.is_local(self.job_id):
             local.cancel(self.run_dir, self.job_id)

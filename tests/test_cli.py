@@ -121,7 +121,7 @@ def test_env_and_sbatch_options_merge_per_key(cli_env: dict[str, str], tmp_path:
 
 
 def test_every_field_has_a_flag() -> None:
-    from clustertrain.cli import submit
+    from clustertrain.cli.commands import submit
     from clustertrain.spec import FIELDS
 
     flags = {p.name for p in submit.params} | {"args"}  # args: after --, or --replace-args

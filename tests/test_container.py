@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import container, preflight
+from clustertrain.backends import preflight
+from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
-from clustertrain.render import RenderedJob, render
-from clustertrain.slurm import Slurm
+from clustertrain.render import RenderedJob, container, render
 from clustertrain.spec import build_spec
 from tests.conftest import run_cli
 from tests.test_slurm_e2e import cluster  # noqa: F401  (a fixture)

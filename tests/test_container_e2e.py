@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from clustertrain.backends.slurm import local_cluster_dir
 from clustertrain.cluster import layout
-from clustertrain.slurm import local_cluster_dir
 from tests.conftest import ROOT, run_cli
 from tests.test_preemption import _attempt_log, _slurm, _wait, release_requeued
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.slurm import Slurm
+from clustertrain.backends.slurm import Slurm
 from tests.conftest import run_cli
 from tests.test_preemption import release_requeued
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)

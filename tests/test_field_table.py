@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustertrain.cli_options import SPEC_FLAGS
+from clustertrain.cli.options import SPEC_FLAGS
 from clustertrain.errors import FieldError
-from clustertrain.jobfile import Plain
 from clustertrain.spec import FIELDS, VALIDATORS, JobSpec, build_spec
+from clustertrain.spec.jobfile import Plain
 from tests.conftest import run_cli
 
 # What a long value can be built of: digits (Python refuses to convert over 4,300 of them),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import sbatch
+from clustertrain.spec import sbatch
 from tests.conftest import run_cli
 
 SHELL = [
@@ -217,7 +217,7 @@ def test_a_job_file_that_cannot_be_read_is_one_line(
 def test_brackets_inside_quotes_and_comments_are_not_nesting(tmp_path: Path) -> None:
     """The nesting bound (checked before PyYAML, which takes a minute of CPU on 50,000 nested
     brackets) counts flow collections only."""
-    from clustertrain.jobfile import MAX_FLOW_DEPTH, parse
+    from clustertrain.spec.jobfile import MAX_FLOW_DEPTH, parse
 
     deep = "[" * (MAX_FLOW_DEPTH + 1)
     text = f"args: ['{deep}', \"{deep}\"]  # {deep}\nenv: {{A: '{{{{'}}\n"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from clustertrain import protocol, runs
+from clustertrain.backends.slurm import slurm_environ
 from clustertrain.render import render
-from clustertrain.slurm import slurm_environ
 from clustertrain.spec import build_spec
 from tests import test_hostile_input as round_one
 from tests.conftest import run_cli

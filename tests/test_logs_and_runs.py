@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import follow, logs, runs
+from clustertrain import runs
 from clustertrain.errors import UserError
 from clustertrain.jobstate import JobState
 from clustertrain.render import render
+from clustertrain.runs import follow, logs
 from clustertrain.spec import build_spec
 
 
@@ -203,7 +204,7 @@ def test_no_failure_report_means_no_failure(tmp_path: Path) -> None:
 def test_a_full_disk_leaves_no_half_written_run_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from clustertrain.submission import submit_job
+    from clustertrain.backends.submission import submit_job
 
     job = render(build_spec(), str(tmp_path / "runs" / "mnist-x"), "/w")
     real_write = Path.write_text

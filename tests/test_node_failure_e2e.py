@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clustertrain import cluster as local
-from clustertrain.slurm import Slurm
+from clustertrain.backends.slurm import Slurm
 from tests.conftest import run_cli
 from tests.test_preemption import (
     RUN_TIMEOUT_S,

@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from clustertrain import checkpoint
+from clustertrain.backends.slurm import Slurm
 from clustertrain.env import rendezvous_port
 from clustertrain.nodecheck import probe
-from clustertrain.slurm import Slurm
 from tests.conftest import ROOT, run_cli
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 from tests.test_train import BIN, TRAIN, _clean_env, accelerate_2
@@ -299,7 +299,7 @@ SLURM_ARGS = ["--strategy", "ddp", *ARGS]
 
 
 def _slurm(*args: str) -> str:
-    from clustertrain.slurm import slurm_environ
+    from clustertrain.backends.slurm import slurm_environ
 
     done = subprocess.run(
         list(args), capture_output=True, text=True, env=slurm_environ(), check=True, timeout=30
@@ -399,7 +399,8 @@ def test_slurm_job_signalled_twice_requeues_and_matches_an_uninterrupted_one(
 
 def _assert_the_timeline_of_a_job_preempted_twice(run_dir: Path) -> None:
     """What `plot` and `status` draw from: the events the batch script and rank 0 wrote."""
-    from clustertrain import events, timeline
+    from clustertrain import events
+    from clustertrain.runs import timeline
 
     found = events.read(run_dir / "events.jsonl")
     assert found[0].name == "queued"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from clustertrain.backends.preflight import ClusterInfo, check, gpu_count, memory_mb
+from clustertrain.backends.slurm import parse_nodes, parse_partitions
 from clustertrain.errors import UserError
-from clustertrain.preflight import ClusterInfo, check, gpu_count, memory_mb
-from clustertrain.slurm import parse_nodes, parse_partitions
 from clustertrain.spec import build_spec
 from tests.test_slurm_parsing import PARTITIONS, SINFO
 

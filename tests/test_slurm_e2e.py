@@ -46,7 +46,7 @@ def _has_sinfo() -> bool:
 
 
 def _slurm_env() -> dict[str, str]:
-    from clustertrain.slurm import slurm_environ
+    from clustertrain.backends.slurm import slurm_environ
 
     return slurm_environ()
 

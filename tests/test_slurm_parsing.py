@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.errors import UserError
-from clustertrain.slurm import (
+from clustertrain.backends.slurm import (
     Slurm,
     SlurmUnreachable,
     parse_nodes,
@@ -18,6 +17,7 @@ from clustertrain.slurm import (
     parse_sacct,
     parse_scontrol_job,
 )
+from clustertrain.errors import UserError
 
 SCONTROL_JOB = (
     "JobId=42 JobName=mnist UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) "
@@ -158,7 +158,7 @@ def test_node_states_and_the_queue_as_the_local_cluster_reads_them() -> None:
 def test_a_conf_bound_runner_and_the_local_cluster_fallback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from clustertrain import slurm
+    from clustertrain.backends import slurm
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.setenv("CLUSTERTRAIN_CLUSTER_DIR", str(tmp_path))
@@ -173,7 +173,8 @@ def test_a_conf_bound_runner_and_the_local_cluster_fallback(
 
 def test_the_slurm_module_does_not_import_the_local_cluster() -> None:
     code = (
-        "import os, sys; os.environ.pop('SLURM_CONF', None); import clustertrain.slurm as s; "
+        "import os, sys; os.environ.pop('SLURM_CONF', None); "
+        "import clustertrain.backends.slurm as s; "
         "s.slurm_environ(); s.Slurm(); print('clustertrain.cluster' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from clustertrain.errors import FieldError
-from clustertrain.jobfile import load as load_job_file
 from clustertrain.spec import FIELDS, build_spec
+from clustertrain.spec.jobfile import load as load_job_file
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import submitit
 
-from clustertrain import runs, submission
+from clustertrain import runs
+from clustertrain.backends import submission
+from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 from clustertrain.render import render
-from clustertrain.slurm import Slurm
 from clustertrain.spec import build_spec
 
 

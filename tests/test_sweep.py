@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import results, runs, sweep
+from clustertrain import runs
+from clustertrain.backends.slurm import parse_scontrol_job
 from clustertrain.errors import UserError
 from clustertrain.jobstate import JobState
 from clustertrain.render import render
-from clustertrain.slurm import parse_scontrol_job
-from clustertrain.spec import build_spec
+from clustertrain.runs import results
+from clustertrain.spec import build_spec, sweep
 from tests.conftest import run_cli
 
 HOSTILE = "$(touch /tmp/pwned) `id` ; 'x' \"y\" \\ %a #"

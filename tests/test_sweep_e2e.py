@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import events, timeline
+from clustertrain import events
+from clustertrain.runs import timeline
 from tests.conftest import run_cli
 from tests.test_slurm_e2e import JOB_TIMEOUT_S, cluster, submit  # noqa: F401  (a fixture)
 

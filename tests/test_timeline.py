@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clustertrain import events, runs, timeline
+from clustertrain import events, runs
 from clustertrain.render import render
+from clustertrain.runs import timeline
 from clustertrain.spec import build_spec
 from tests.conftest import run_cli
 

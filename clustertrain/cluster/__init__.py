@@ -9,7 +9,7 @@ Facts this builds on: ``shared/notes/slurm-on-one-host.md``.
   config.py     slurm.conf, gres.conf and the hosts files, rendered as text
   netns.py      the nodes' namespaces, bridge and links: made, entered, removed
   daemons.py    the daemons, started and stopped by PID and start time
-  lifecycle.py  up, down and status; Slurm is asked through clustertrain.slurm
+  lifecycle.py  up, down and status; Slurm is asked through clustertrain.backends.slurm
 """
 
 from __future__ import annotations

@@ -6,9 +6,14 @@ Pure functions: the values are data here, the templates (``templates/slurm.conf.
 
 from __future__ import annotations
 
-from clustertrain.templates import render_template
+from pathlib import Path
+
+from clustertrain.render.templates import render_template
 
 from .layout import Layout, conf_path, gpu_files, munge_socket
+
+# The cluster's configuration templates, beside this module in the installed package.
+TEMPLATES = Path(__file__).with_name("templates")
 
 HOSTS_BEGIN = "# BEGIN clustertrain local cluster"
 HOSTS_END = "# END clustertrain local cluster"
@@ -91,6 +96,7 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
     ]
     return render_template(
         "slurm.conf.j2",
+        TEMPLATES,
         conf_path=str(conf_path(d)),
         settings=settings,
         nodes=nodes,
@@ -109,7 +115,7 @@ def render_oci_conf(layout: Layout) -> str:
         ("RunTimeDelete", f"{runc} delete --force {name}"),
         ("RunTimeRun", f"exec {runc} run {name} -b %b"),
     ]
-    return render_template("oci.conf.j2", settings=settings)
+    return render_template("oci.conf.j2", TEMPLATES, settings=settings)
 
 
 def render_gres_conf(layout: Layout) -> str:
@@ -119,7 +125,7 @@ def render_gres_conf(layout: Layout) -> str:
         for node in layout.node_names
         for path in gpu_files(layout, node)
     ]
-    return render_template("gres.conf.j2", gres=gres)
+    return render_template("gres.conf.j2", TEMPLATES, gres=gres)
 
 
 def hosts_lines(layout: Layout, controller: str | None = None) -> list[str]:

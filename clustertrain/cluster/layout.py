@@ -6,8 +6,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clustertrain.backends.slurm import local_cluster_dir
 from clustertrain.errors import FieldError
-from clustertrain.slurm import local_cluster_dir
 
 NETWORKS = ("namespaces", "loopback")
 

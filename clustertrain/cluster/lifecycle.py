@@ -12,9 +12,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 from clustertrain.procs import start_time
-from clustertrain.slurm import Slurm
 
 from . import daemons, netns
 from .config import (
@@ -307,7 +307,8 @@ def down(state_dir: Path) -> None:
     for path in (state_dir / "run").glob("*.pid"):
         path.unlink()
     munge_socket(state_dir).unlink(missing_ok=True)
-    # clustertrain.slurm falls back to this file while it exists: only while the cluster is up.
+    # clustertrain.backends.slurm falls back to this file while it exists: only while the
+    # cluster is up.
     conf_path(state_dir).unlink(missing_ok=True)
     (state_dir / "oci.conf").unlink(missing_ok=True)
     record_path(state_dir).unlink()

@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from clustertrain import events, sweep, timeline
+from clustertrain import events
+
+from clustertrain.spec import sweep
+
+from clustertrain.runs import timeline
 from clustertrain.files import printable
 from clustertrain.jobstate import JobState
 from clustertrain.runs import Run, task

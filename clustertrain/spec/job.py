@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clustertrain import fields, sweep
 from clustertrain.errors import FieldError
-from clustertrain.fields import ContainerRuntime, Launcher
-from clustertrain.jobfile import Plain
-from clustertrain.sweep import MAX_TASKS as MAX_SWEEP_TASKS
-from clustertrain.sweep import Sweep
-from clustertrain.sweep import parse as parse_sweep
+from clustertrain.spec import fields, sweep
+from clustertrain.spec.fields import ContainerRuntime, Launcher
+from clustertrain.spec.jobfile import Plain
+from clustertrain.spec.sweep import MAX_TASKS as MAX_SWEEP_TASKS
+from clustertrain.spec.sweep import Sweep
+from clustertrain.spec.sweep import parse as parse_sweep
 
 
 def _field(
@@ -32,8 +32,8 @@ def _field(
     from_flag: Callable[[str], Any] | None = None,
 ) -> Any:
     """A spec field with everything the job file, the flags and the docs need, said once:
-    its ``check`` (clustertrain.fields), its ``help``, and its flag where the name alone is not
-    it (``flag=None``: no flag). The CLI builds its options from these (clustertrain.cli_options)
+    its ``check`` (clustertrain.spec.fields), its ``help``, and its flag where the name alone is not
+    it (``flag=None``: no flag). The CLI builds its options from these (clustertrain.cli.options)
     and adds the default to the help from ``default``, or ``default_text`` where it is derived.
     ``from_flag`` turns one flag value into what a job file would hold."""
     meta = {"check": check, "help": help, "flag": flag, "metavar": metavar}
@@ -80,7 +80,7 @@ class JobSpec:
         flag=None,
     )  # fmt: skip
     # Commands run on the submit host, in the submit directory, before anything is queued
-    # (clustertrain.prepare): compute nodes often have no route out, login nodes do.
+    # (clustertrain.backends.prepare): compute nodes often have no route out, login nodes do.
     prepare: tuple[tuple[str, ...], ...] = _field(
         (),
         fields.commands,
@@ -138,7 +138,7 @@ class JobSpec:
     venv: str | None = _field(
         None, fields.venv, "Virtual environment the nodes use.", default_text="the current one"
     )
-    # A job array: each task this job with one combination of values (clustertrain.sweep).
+    # A job array: each task this job with one combination of values (clustertrain.spec.sweep).
     sweep: Sweep = _field(
         (), parse_sweep,
         "A job array: each task passes --NAME V; the tasks are the product (repeatable).",
@@ -149,7 +149,7 @@ class JobSpec:
         default_text="all",
     )  # fmt: skip
     # The image the launcher and its ranks run in; the batch shell stays on the host
-    # (clustertrain.container).
+    # (clustertrain.render.container).
     container_image: str | None = _field(
         None,
         fields.container_image,

@@ -4,7 +4,7 @@ Top: training loss and test accuracy against the global step and against wall ti
 attempt on the same axes in its own colour, restarts marked. Bottom: a timeline with one lane
 per attempt (start-up, training, training lost after the last checkpoint; checkpoints and
 signals as marks) and the waits in the queue before and between attempts; the title gives the
-goodput (:mod:`clustertrain.timeline`). matplotlib is imported here only.
+goodput (:mod:`clustertrain.runs.timeline`). matplotlib is imported here only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ from typing import Any
 
 import matplotlib
 
-from clustertrain import events, sweep, timeline
+from clustertrain import events
+
+from clustertrain.spec import sweep
+
+from clustertrain.runs import timeline
 from clustertrain.files import printable
 from clustertrain.runs import Run, tasks
 

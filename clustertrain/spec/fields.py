@@ -11,9 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
-from clustertrain import protocol, sbatch
+from clustertrain import protocol
 from clustertrain.errors import FieldError
-from clustertrain.jobfile import Plain, flag_mapping
+from clustertrain.spec import sbatch
+from clustertrain.spec.jobfile import Plain, flag_mapping
 
 Launcher = Literal["torchrun", "accelerate"]
 LAUNCHERS: tuple[str, ...] = get_args(Launcher)
@@ -246,7 +247,7 @@ def env_mapping(
 
 def _as_text(name: str, value: Any) -> Any:
     """A value where text is meant. Job files keep unquoted scalars as written (``1.10`` stays
-    1.10, ``on`` stays on, see clustertrain.jobfile); a number given explicitly (Python, a
+    1.10, ``on`` stays on, see clustertrain.spec.jobfile); a number given explicitly (Python, a
     ``!!int`` tag) is its decimal text; true/false is refused rather than guessed."""
     if isinstance(value, bool):
         raise FieldError(name, value, f"must be text; quote it in the job file ('{value}')")

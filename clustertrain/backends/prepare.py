@@ -45,14 +45,6 @@ def environment(spec: JobSpec, base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def describe(spec: JobSpec, workdir: str) -> str:
-    """What the dry run shows of the step: one command a line, as a shell would read it."""
-    if not spec.prepare:
-        return ""
-    head = f"#### prepare: run in {workdir} before anything is queued (--no-prepare skips it)\n"
-    return head + "".join(shlex.join(command) + "\n" for command in spec.prepare)
-
-
 def run(spec: JobSpec, workdir: str, out: IO[str] | None = None) -> BinaryIO:
     """Run every prepare command in turn; returns their output (an anonymous file, at its
     start). Raises :class:`PrepareError` on the first that fails or is interrupted."""

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, printable, read_regular
-from clustertrain.follow import CYCLE_S, LogFile, Tail, list_log_files
+from clustertrain.runs.follow import CYCLE_S, LogFile, Tail, list_log_files
 from clustertrain.jobstate import JobState
 from clustertrain.runs import Run, tasks
 
@@ -37,7 +37,7 @@ _PEER_FAILED = re.compile(
     r"NCCL communicator was aborted|recvValueWithTimeout failed"
 )
 # The scheduler is not cheap to poll (Slurm's docs warn against squeue loops); files are
-# (clustertrain.follow).
+# (clustertrain.runs.follow).
 STATE_POLL_S = 3.0
 
 
@@ -185,7 +185,7 @@ def follow_lines(
     return value is the final state.
 
     Only complete lines are yielded; a final pass after the job ends catches the last ones.
-    How the files are polled, at any number of them: :mod:`clustertrain.follow`.
+    How the files are polled, at any number of them: :mod:`clustertrain.runs.follow`.
     """
     tails = [(p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock)) for p, v in _views(run)]
 

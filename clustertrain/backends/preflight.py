@@ -12,11 +12,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustertrain import container, sweep
 from clustertrain.errors import UserError
-from clustertrain.fields import format_time, time_seconds
-from clustertrain.render import RenderedJob
-from clustertrain.spec import JobSpec
+from clustertrain.render import RenderedJob, container
+from clustertrain.spec import JobSpec, sweep
+from clustertrain.spec.fields import format_time, time_seconds
 
 # sinfo's short node states that cannot run a job now or soon (sinfo(1), NODE STATE CODES).
 _UNUSABLE = ("down", "drain", "drng", "fail", "futr", "inval", "maint", "npc", "reboot")

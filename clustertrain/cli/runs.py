@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from clustertrain.cli_options import runs_dir_option
+from clustertrain.cli.options import runs_dir_option
 from clustertrain.errors import UserError
 from clustertrain.files import printable
 
@@ -38,7 +38,8 @@ def status(job: str, runs_dir: str | None) -> None:
         click.echo(f"  reason: {state.reason}")
     click.echo(f"  run folder: {run.path}")
     if not state.finished:
-        from clustertrain import events, timeline
+        from clustertrain import events
+        from clustertrain.runs import timeline
 
         moving = timeline.progress(timeline.attempts(events.read(run.events_path)))
         if moving is not None:
@@ -47,7 +48,7 @@ def status(job: str, runs_dir: str | None) -> None:
     if final is not None and isinstance(final.get("test_acc"), int | float):
         click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
     if state.finished and state.state != "COMPLETED":
-        from clustertrain.logs import first_failure
+        from clustertrain.runs.logs import first_failure
 
         failure = first_failure(run)
         for line in failure.lines() if failure else []:
@@ -58,7 +59,7 @@ def status(job: str, runs_dir: str | None) -> None:
 
 def _sweep_status(job: Job, state: JobState) -> None:
     """An array: its state with a count per state, then a line per task."""
-    from clustertrain import results
+    from clustertrain.runs import results
 
     run = job.run
     click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
@@ -74,7 +75,7 @@ def _sweep_status(job: Job, state: JobState) -> None:
 
 def _lost_nodes(job: Job, state: JobState) -> list[str]:
     """The nodes the job lost, as srun reported Slurm's verdict in the batch log."""
-    from clustertrain.logs import lost_nodes
+    from clustertrain.runs.logs import lost_nodes
 
     found = lost_nodes(job.run)
     if not found:
@@ -96,7 +97,7 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
     from clustertrain.api import Job
 
     try:
-        from clustertrain import plot as drawing
+        from clustertrain.runs import plot as drawing
     except ImportError:
         raise UserError("plot needs matplotlib: pip install 'clustertrain[plot]'") from None
     run = Job.attach(job, runs_dir).run
@@ -115,9 +116,9 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
 def results(job: str, as_json: bool, runs_dir: str | None) -> None:
     """One row per task of the sweep JOB: parameters, state, final accuracy, time to target,
     restarts; best accuracy first."""
-    from clustertrain import results as table
     from clustertrain import runs
     from clustertrain.api import Job
+    from clustertrain.runs import results as table
 
     attached = Job.attach(job, runs_dir)
     if not runs.tasks(attached.run):

@@ -7,9 +7,9 @@ import os
 import shutil
 from pathlib import Path
 
-from clustertrain.fields import format_time
-from clustertrain.preflight import ClusterInfo
-from clustertrain.slurm import Slurm, slurm_environ
+from clustertrain.backends.preflight import ClusterInfo
+from clustertrain.backends.slurm import Slurm, slurm_environ
+from clustertrain.spec.fields import format_time
 
 
 def cluster_lines(info: ClusterInfo, accounting: bool) -> list[str]:

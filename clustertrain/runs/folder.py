@@ -18,15 +18,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from clustertrain import container, events, protocol, sweep
+from clustertrain.render import container
+
+from clustertrain import events, protocol
+
+from clustertrain.spec import sweep
 from clustertrain.errors import UserError
-from clustertrain.fields import LAUNCHERS
+from clustertrain.spec.fields import LAUNCHERS
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import JOB_ID, LOCAL_ID
 from clustertrain.render import RenderedJob
 
 RECORD = "job.json"
-# The output of the job's prepare commands (clustertrain.prepare), run before it was queued.
+# The output of the job's prepare commands (clustertrain.backends.prepare), run before it was queued.
 PREPARE_LOG = "prepare.log"
 DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import shutil
 
-from clustertrain import preflight, prepare, runs
+from clustertrain import runs
+from clustertrain.backends import preflight, prepare
+from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob
-from clustertrain.slurm import Slurm
 
 
 def submit_job(job: RenderedJob, slurm: Slurm | None = None, check: bool = True) -> runs.Run:

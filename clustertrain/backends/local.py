@@ -1,6 +1,6 @@
 """Local runs: the same spec on this machine, without Slurm, into the same run-folder layout.
 
-``clustertrain run`` starts ``python -m clustertrain.local RUN_DIR`` (the supervisor) and
+``clustertrain run`` starts ``python -m clustertrain.backends.local RUN_DIR`` (the supervisor) and
 follows its logs. The supervisor starts one launcher with ``--standalone`` rendezvous and
 ``nodes x processes`` ranks here, writes its output where a Slurm job's node would
 (``logs/attempt-0/<host>.{out,err}``), and records the outcome in ``local.json``, so
@@ -51,7 +51,7 @@ def launcher_argv(spec: JobSpec, port: int) -> tuple[str, ...]:
 
 
 def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str, str]:
-    """What the batch script exports for the ranks (see templates/sbatch.sh.j2), here."""
+    """What the batch script exports for the ranks (render/templates/sbatch.sh.j2), here."""
     env = dict(base)
     # No requeue here: a rank that checkpoints on a stop request is told to start it again.
     env.pop(protocol.ENV_REQUEUE_FILE, None)

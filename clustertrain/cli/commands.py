@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
-from clustertrain import __version__, cli_runs
-from clustertrain.cli_cluster import cluster
-from clustertrain.cli_options import prepare_option, runs_dir_option, spec_fields, spec_options
+from clustertrain import __version__
+from clustertrain.cli import runs as cli_runs
+from clustertrain.cli.cluster import cluster
+from clustertrain.cli.options import prepare_option, runs_dir_option, spec_fields, spec_options
 from clustertrain.errors import UserError
 from clustertrain.files import printable
 
@@ -131,14 +132,16 @@ def run(
     The run folder is laid out as a Slurm job's, so status, logs and list work on it."""
     import shlex
 
-    from clustertrain import api, local, prepare
+    from clustertrain import api
+    from clustertrain.backends import local
+    from clustertrain.render import prepare_text
 
     extra = spec_fields(ctx, replace_args, flags)
     if dry_run:
         planned = api.plan(
             job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags
         )
-        click.echo(prepare.describe(planned.spec, planned.workdir), nl=False)
+        click.echo(prepare_text(planned.spec, planned.workdir), nl=False)
         words = [shlex.quote(word) for word in local.launcher_argv(planned.spec, port=0)]
         click.echo("".join(f" \\\n    {w}" if w.startswith("-") else f" {w}" for w in words)[1:])
         return
@@ -149,7 +152,7 @@ def run(
     click.echo(f"local run {run.job_id}: {run.world_size} process(es) here, {run.launcher}")
     click.echo(f"run folder: {job.run_dir}")
     try:
-        from clustertrain import logs as joblogs
+        from clustertrain.runs import logs as joblogs
 
         state = joblogs.follow(run, joblogs.Filter(), job.job_state, sys.stdout)
     except KeyboardInterrupt:  # the whole foreground group got it; the supervisor records it
@@ -181,7 +184,7 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
 def _sweep_counts(run: Any) -> str:
     """For a sweep, its tasks per state (asked of Slurm: only sweeps cost a query)."""
     from clustertrain import runs
-    from clustertrain.slurm import Slurm, SlurmUnreachable
+    from clustertrain.backends.slurm import Slurm, SlurmUnreachable
 
     count = len(runs.tasks(run))
     if not count:
@@ -224,8 +227,8 @@ def logs(
     job: str, follow: bool, rank: int | None, node: str | None, errors: bool, runs_dir: str | None
 ) -> None:
     """Every rank's output, each line prefixed with its node and rank."""
-    from clustertrain import logs as joblogs
     from clustertrain.api import Job
+    from clustertrain.runs import logs as joblogs
 
     attached = Job.attach(job, runs_dir)
     run = attached.run
@@ -247,9 +250,9 @@ def logs(
 @runs_dir_option
 def doctor(runs_dir: str | None) -> None:
     """What the cluster offers, and whether this host has what jobs need (exit 1 if not)."""
-    from clustertrain import doctor as checks
     from clustertrain import runs
-    from clustertrain.slurm import Slurm
+    from clustertrain.backends import doctor as checks
+    from clustertrain.backends.slurm import Slurm
 
     lines, problems = checks.report(Slurm(), runs.runs_root(runs_dir))
     for line in lines:

@@ -1,4 +1,4 @@
-"""Options shared by the command modules (clustertrain.cli, clustertrain.cli_runs)."""
+"""Options shared by the command modules (clustertrain.cli, clustertrain.cli.runs)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from clustertrain.jobfile import Plain
 from clustertrain.spec import JobSpec
+from clustertrain.spec.jobfile import Plain
 
 
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:

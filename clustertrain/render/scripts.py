@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from clustertrain import __version__, container, prepare, protocol, sbatch, sweep
+from clustertrain import __version__, protocol
 from clustertrain.errors import UserError
-from clustertrain.spec import JobSpec
-from clustertrain.templates import render_template
+from clustertrain.render import container
+from clustertrain.render.templates import render_template
+from clustertrain.spec import JobSpec, sbatch, sweep
 
 BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
 
@@ -62,7 +63,7 @@ class RenderedJob:
 
     def dry_run_text(self) -> str:
         """What ``submit --dry-run`` prints: both files, each under a line naming its path."""
-        text = prepare.describe(self.spec, self.workdir) + (
+        text = prepare_text(self.spec, self.workdir) + (
             f"#### {self.batch_path} (handed to sbatch)\n{self.batch_script}"
             f"#### {self.launch_path} (run by srun on every node)\n{self.launch_script}"
         )
@@ -78,6 +79,15 @@ class RenderedJob:
                 f"task {k}: {sweep.describe(params)}\n" for k, params in enumerate(table)
             )
         return text
+
+
+def prepare_text(spec: JobSpec, workdir: str) -> str:
+    """What the dry run shows of the prepare step (clustertrain.backends.prepare): one command a
+    line, as a shell would read it."""
+    if not spec.prepare:
+        return ""
+    head = f"#### prepare: run in {workdir} before anything is queued (--no-prepare skips it)\n"
+    return head + "".join(shlex.join(command) + "\n" for command in spec.prepare)
 
 
 def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
@@ -190,7 +200,7 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
 
 def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, ...]:
     """The ``#SBATCH`` flags, sorted by name, each value quoted for sbatch's own parser
-    (:mod:`clustertrain.sbatch`), which is not bash's."""
+    (:mod:`clustertrain.spec.sbatch`), which is not bash's."""
     logs = PurePosixPath(run_dir, "logs")
     # %j keeps jobs apart; a sweep's task K (%a of array %A) writes into its own folder.
     log_name = "slurm-%j"
@@ -251,7 +261,8 @@ def rank_environment(
     spec: JobSpec, run_dir: str, requeue: bool = True
 ) -> tuple[tuple[str, str], ...]:
     """What clustertrain gives every rank besides the venv and ``spec.env``: the batch script
-    exports these, and a local run (:mod:`clustertrain.local`, ``requeue=False``) sets them.
+    exports these, and a local run (:mod:`clustertrain.backends.local`, ``requeue=False``) sets
+    them.
 
     ``run_dir`` may be an :class:`Expand` (a sweep task's ``$TASK_DIR``); paths under it are too.
     """

@@ -17,12 +17,12 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from clustertrain.container import APPTAINER
+from clustertrain.backends.preflight import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.errors import UserError
-from clustertrain.fields import CONTAINER_RUNTIMES, time_seconds
 from clustertrain.jobstate import JOB_ID, TERMINAL_STATES, JobState
-from clustertrain.preflight import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.render import RenderedJob
+from clustertrain.render.container import APPTAINER
+from clustertrain.spec.fields import CONTAINER_RUNTIMES, time_seconds
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from clustertrain.errors import FieldError
 from clustertrain.files import RunFolderError, read_regular
-from clustertrain.jobfile import flag_mapping
+from clustertrain.spec.jobfile import flag_mapping
 
 Sweep = tuple[tuple[str, tuple[str, ...]], ...]
 MAX_TASKS = 10_000
