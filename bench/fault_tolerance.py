@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clustertrain.backends.slurm import Slurm, slurm_environ  # noqa: E402
+from clustertrain import api  # noqa: E402
 from clustertrain.env import rendezvous_port  # noqa: E402
 from clustertrain.nodecheck import probe  # noqa: E402
 
@@ -47,7 +47,7 @@ no training step is lost or repeated.
 
 def _slurm(*args: str) -> str:
     done = subprocess.run(
-        list(args), capture_output=True, text=True, env=slurm_environ(), check=True, timeout=30
+        list(args), capture_output=True, text=True, env=api.slurm().environ, check=True, timeout=30
     )
     return done.stdout.strip()
 
@@ -94,7 +94,7 @@ class Preemption:
         _wait("mid-epoch", lambda: bool(mid_epoch.search(_log(run_dir, attempt))))
         self.signalled = time.monotonic()
         _slurm("scancel", "--signal=USR2", job_id)
-        self.requeued = _wait("requeue", lambda: Slurm().state(job_id).state == "PENDING")
+        self.requeued = _wait("requeue", lambda: api.slurm().state(job_id).state == "PENDING")
         stop = re.search(r"stopping on .* written in ([\d.]+) s", _log(run_dir, attempt))
         if stop is None:
             raise RuntimeError(f"attempt {attempt} did not checkpoint:\n{_log(run_dir, attempt)}")
@@ -113,7 +113,7 @@ class Preemption:
         self.released = time.monotonic()
 
     def back(self) -> None:
-        self.running = _wait("running", lambda: Slurm().state(self.job_id).state == "RUNNING")
+        self.running = _wait("running", lambda: api.slurm().state(self.job_id).state == "RUNNING")
         resumed = re.compile(r"resuming at epoch \d+ step \d+ from")
         self.training = _wait(
             "resumed", lambda: bool(resumed.search(_log(self.run_dir, self.attempt + 1)))
@@ -123,8 +123,8 @@ class Preemption:
 def _run_time(job_id: str, start: float | None = None) -> float:
     """Seconds from RUNNING (or ``start``) until the job leaves RUNNING."""
     if start is None:
-        start = _wait("running", lambda: Slurm().state(job_id).state == "RUNNING")
-    return _wait("end", lambda: Slurm().state(job_id).state != "RUNNING") - start
+        start = _wait("running", lambda: api.slurm().state(job_id).state == "RUNNING")
+    return _wait("end", lambda: api.slurm().state(job_id).state != "RUNNING") - start
 
 
 def main() -> None:
@@ -134,7 +134,7 @@ def main() -> None:
     env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": tempfile.mkdtemp(prefix="fault-tolerance-")}
 
     job_id, run_dir = _submit(env)
-    first_start = _wait("running", lambda: Slurm().state(job_id).state == "RUNNING")
+    first_start = _wait("running", lambda: api.slurm().state(job_id).state == "RUNNING")
     slow = Preemption(job_id, run_dir, attempt=0, epoch=1)
     slow.back()  # Slurm's own requeue delay
     fast = Preemption(job_id, run_dir, attempt=1, epoch=2)

@@ -39,9 +39,9 @@ srun --kill-on-bad-exit=1 {venv}/bin/torchrun --nnodes=2 --nproc-per-node=2 \\
 
 def _slurm_env() -> dict[str, str]:
     sys.path.insert(0, str(ROOT))
-    from clustertrain.backends.slurm import slurm_environ
+    from clustertrain import api
 
-    return slurm_environ()
+    return api.slurm().environ
 
 
 def _phases(out_dir: Path, started: float) -> tuple[float, float]:

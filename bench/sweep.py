@@ -24,9 +24,9 @@ BASE = ["jobs/mnist.yaml", "--nodes", "2", "--sbatch-option=--hold"]
 
 
 def _slurm_env() -> dict[str, str]:
-    from clustertrain.backends.slurm import slurm_environ
+    from clustertrain import api
 
-    return slurm_environ()
+    return api.slurm().environ
 
 
 def _submit(env: dict[str, str], *args: str) -> str:

@@ -17,9 +17,7 @@ flags are; a bad value raises :class:`clustertrain.errors.FieldError`.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -27,11 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustertrain import runs
-from clustertrain.errors import UserError
-from clustertrain.files import read_regular
-from clustertrain.render import RenderedJob
+from clustertrain.errors import FieldError
+from clustertrain.render import RenderedJob, render
+from clustertrain.spec import build_spec, jobfile
 
+# Lazy below, for start-up time: a dry run needs neither the backends nor the log reader, and
+# submitit alone costs 0.1 s.
 if TYPE_CHECKING:
+    from clustertrain.backends.base import Backend
+    from clustertrain.backends.slurm import Slurm
     from clustertrain.jobstate import JobState
 
 
@@ -47,10 +49,6 @@ def plan(
     """The job as it would be submitted (the dry run): validated, rendered, nothing written.
 
     ``skip_prepare`` drops the job's prepare commands (``--no-prepare``)."""
-    from clustertrain.errors import FieldError
-    from clustertrain.render import render
-    from clustertrain.spec import build_spec, jobfile
-
     if skip_prepare:
         if fields.get("prepare"):
             raise FieldError("prepare", fields["prepare"], "give it or skip it, not both")
@@ -83,12 +81,12 @@ def submit(
     the job's prepare commands run here first (see :mod:`clustertrain.backends.prepare`;
     ``skip_prepare=True`` skips them).
     """
+    from clustertrain.backends.slurm import SlurmBackend
+
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if dry_run:
         return job
-    from clustertrain.backends.submission import submit_job
-
-    return Job(submit_job(job, check=preflight))
+    return Job.start(job, SlurmBackend(slurm()), preflight)
 
 
 def run_local(
@@ -98,34 +96,46 @@ def run_local(
     runs_dir: str | None = None,
     **fields: Any,
 ) -> Job:
-    """Start the job on this machine without Slurm (see :mod:`clustertrain.backends.local`); returns
-    at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
-    from clustertrain import procs
-    from clustertrain.backends import local, prepare
+    """Start the job on this machine without Slurm (see :mod:`clustertrain.backends.local`);
+    returns at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
+    from clustertrain.backends.local import LocalBackend
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
-    if job.spec.sweep:
-        raise UserError("sweep: a local run is one job; submit a sweep to Slurm (job array)")
-    if job.spec.container_image:
-        raise UserError(
-            f"container_image: a local run uses this machine's Python, not "
-            f"{job.spec.container_image}; submit the job to Slurm to run it in the container"
-        )
-    with prepare.run(job.spec, job.workdir) as prepare_log:
-        path = runs.write_run_files(job, prepare_log)
-    supervisor = subprocess.Popen([sys.executable, "-m", "clustertrain.backends.local", str(path)])
-    local.write_state(path, pid=supervisor.pid, start_time=procs.start_time(supervisor.pid))
-    started = Job(runs.record_submission(job, f"local-{supervisor.pid}"))
-    started._process = supervisor
-    return started
+    return Job.start(job, LocalBackend())
+
+
+def slurm() -> Slurm:
+    """Slurm's commands, pointed at the local cluster's configuration while it is up and
+    nothing else names one (``SLURM_CONF``, ``/etc/slurm/slurm.conf``)."""
+    from clustertrain.backends.slurm import Slurm
+    from clustertrain.cluster.layout import conf_path, default_state_dir
+
+    local = conf_path(default_state_dir())
+    named = "SLURM_CONF" in os.environ or Path("/etc/slurm/slurm.conf").exists()
+    return Slurm(conf=local if not named and local.is_file() else None)
+
+
+def backend_for(job_id: str) -> Backend:
+    """The backend whose ids look like ``job_id``."""
+    from clustertrain.backends.local import LocalBackend
+    from clustertrain.backends.slurm import SlurmBackend
+
+    return LocalBackend() if LocalBackend.owns(job_id) else SlurmBackend(slurm())
 
 
 class Job:
     """A submitted job, found through its run folder. Every property reads afresh."""
 
-    def __init__(self, run: runs.Run) -> None:
+    def __init__(self, run: runs.Run, backend: Backend | None = None) -> None:
         self.run = run
-        self._process: subprocess.Popen[bytes] | None = None  # a local run started here
+        self.backend = backend or backend_for(run.job_id)
+
+    @classmethod
+    def start(cls, job: RenderedJob, backend: Backend, preflight: bool = True) -> Job:
+        """Hand a rendered job to ``backend`` (see :mod:`clustertrain.backends.submission`)."""
+        from clustertrain.backends.submission import submit_job
+
+        return cls(submit_job(job, backend, check=preflight), backend)
 
     @classmethod
     def attach(cls, ref: str, runs_dir: str | None = None) -> Job:
@@ -142,19 +152,12 @@ class Job:
 
     @property
     def state(self) -> str:
-        """Slurm's state now, e.g. PENDING, RUNNING, COMPLETED, FAILED."""
+        """The state now, in Slurm's words: PENDING, RUNNING, COMPLETED, FAILED..."""
         return self.job_state().state
 
     def job_state(self) -> JobState:
-        """State, nodes, elapsed time and restarts, as Slurm reports them now."""
-        from clustertrain.backends import local
-        from clustertrain.backends.slurm import Slurm
-
-        if local.is_local(self.job_id):
-            if self._process is not None:
-                self._process.poll()  # reaps it once it ended
-            return local.state(self.run_dir, self.job_id)  # type: ignore[no-any-return]
-        return Slurm().state(self.job_id)
+        """State, nodes, elapsed time and restarts, as the backend reports them now."""
+        return self.backend.state(self.run)
 
     def wait(self, timeout: float | None = None, poll_s: float = 3.0) -> str:
         """Block until the job ends (or ``timeout`` seconds pass); return the state then."""
@@ -179,21 +182,11 @@ class Job:
         return logs.read_all(self.run, filters)
 
     def cancel(self) -> None:
-        from clustertrain.backends import local
-        from clustertrain.backends.slurm import Slurm
-
-        if local.is_local(self.job_id):
-            local.cancel(self.run_dir, self.job_id)
-        else:
-            Slurm().cancel(self.job_id)
+        self.backend.cancel(self.run)
 
     def metrics(self) -> list[dict[str, Any]]:
         """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``)."""
-        path = self.run.out_dir / "metrics.jsonl"
-        if not path.exists():
-            return []
-        text = read_regular(path, 256 << 20).decode("utf-8", "replace")
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return self.run.metrics()
 
     def __repr__(self) -> str:
         return f"Job({self.job_id!r}, run_dir={str(self.run_dir)!r})"

@@ -17,6 +17,17 @@ PORT_BASE, PORT_SPAN = 29500, 20000
 # USR1 is left to NCCL. The batch shell passes it on to every rank.
 STOP_SIGNAL = "USR2"
 
+# The run folder's layout. clustertrain.runs writes and reads it; the batch script (given these
+# as values), the local supervisor and the ranks use the same names.
+SPEC_FILE = "spec.yaml"
+RECORD_FILE = "job.json"
+PREPARE_LOG = "prepare.log"  # the prepare step's output (clustertrain.backends.prepare)
+LOGS_DIR = "logs"  # slurm-<id>.{out,err} of the batch shell, ATTEMPT_DIR/<node>.{out,err}
+ATTEMPT_DIR = "attempt-"  # + the attempt's number (SLURM_RESTART_COUNT), under LOGS_DIR
+OUT_DIR = "out"  # what the ranks write: ENV_OUT_DIR points here
+METRICS_FILE = "metrics.jsonl"  # under OUT_DIR: one record per epoch, then "done"
+CHECKPOINTS_DIR = "checkpoints"  # under OUT_DIR
+
 # A rank that checkpointed on a stop request creates this file in the run folder; the batch
 # script then requeues the job, whatever the ranks' exit status.
 REQUEUE_FILE = "requeue-requested"
@@ -58,7 +69,9 @@ SCRIPT_PREFIXES = (
     "TORCHELASTIC_",
 )
 
-# torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines with it.
+# torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines with it,
+# when this variable holds the template.
+ENV_RANK_PREFIX = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 # torch also prefixes a rank's uncaught exception with "[rankN]:"; the reader strips both.
 RANK_PREFIX = re.compile(r"(?:\[rank(\d+)\]: ?)+")

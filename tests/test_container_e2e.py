@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.backends.slurm import local_cluster_dir
 from clustertrain.cluster import layout
+from clustertrain.cluster.layout import default_state_dir
 from tests.conftest import ROOT, run_cli
 from tests.test_preemption import _attempt_log, _slurm, _wait, release_requeued
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
@@ -36,7 +36,7 @@ CHECK = re.compile(
 
 
 def _slurmd_mount_namespaces() -> set[str]:
-    record = json.loads(layout.record_path(local_cluster_dir()).read_text())
+    record = json.loads(layout.record_path(default_state_dir()).read_text())
     return {
         os.readlink(f"/proc/{p['pid']}/ns/mnt")
         for p in record["processes"]

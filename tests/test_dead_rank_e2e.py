@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.backends.slurm import Slurm
+from clustertrain import api
 from tests.conftest import run_cli
 from tests.test_preemption import release_requeued
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
@@ -99,7 +99,7 @@ def test_a_rank_that_crashes_after_the_requeue_request_cannot_fail_the_job(
     assert ended.returncode == 0, ended.stdout[-3000:] + ended.stderr
     assert "rank 1 aborting at exit" in ended.stdout
     assert ended.stdout.count("resumed from step 20") == 2, ended.stdout[-3000:]
-    state = Slurm().state(job_id)
+    state = api.slurm().state(job_id)
     assert state.state == "COMPLETED" and state.restarts == 1, state
     first = (run_dir / "logs" / "attempt-0").glob("*.err")
     assert any("SIGABRT" in p.read_text() or "-6" in p.read_text() for p in first)

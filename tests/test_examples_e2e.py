@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.backends.slurm import Slurm
+from clustertrain import api
 from tests.conftest import run_cli
 from tests.test_preemption import _attempt_log, preempt_when
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
@@ -37,7 +37,7 @@ def test_the_preemptible_example_survives_two_preemptions(
     _signal_at(job_id, run_dir, attempt=1, epoch=2)
     done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    state = Slurm().state(job_id)
+    state = api.slurm().state(job_id)
     assert state.state == "COMPLETED" and state.restarts == 2, state
     logs = [_attempt_log(run_dir, attempt) for attempt in range(3)]
     assert all("stopping on SIGUSR2 at step" in log for log in logs[:2]), logs[0][-2000:]

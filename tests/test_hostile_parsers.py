@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import protocol, runs
-from clustertrain.backends.slurm import slurm_environ
+from clustertrain import api, protocol, runs
 from clustertrain.render import render
 from clustertrain.spec import build_spec
 from tests import test_hostile_input as round_one
@@ -346,7 +345,7 @@ def test_text_from_a_run_folder_is_printed_with_control_characters_escaped(
 @pytest.fixture
 def controller_down(tmp_path: Path) -> dict[str, str]:
     """The local cluster's config with the controller's port moved to one nobody serves."""
-    conf = Path(slurm_environ()["SLURM_CONF"])
+    conf = Path(api.slurm().environ["SLURM_CONF"])
     text = re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", conf.read_text())
     down = tmp_path / "slurm.conf"
     down.write_text(text)
@@ -387,16 +386,17 @@ def _held_job(tmp_path: Path, *flags: str) -> dict[str, str]:
     batch.write_text(script)
     submitted = subprocess.run(
         ["sbatch", "--hold", "--parsable", str(batch)],
-        capture_output=True, text=True, env=slurm_environ(), check=True, timeout=30, cwd=tmp_path,
+        capture_output=True, text=True, env=api.slurm().environ, check=True, timeout=30,
+        cwd=tmp_path,
     )  # fmt: skip
     job_id = submitted.stdout.strip().split(";")[0]
     try:
         shown = subprocess.run(
             ["scontrol", "show", "job", job_id],
-            capture_output=True, text=True, env=slurm_environ(), check=True, timeout=30,
+            capture_output=True, text=True, env=api.slurm().environ, check=True, timeout=30,
         ).stdout  # fmt: skip
     finally:
-        subprocess.run(["scancel", job_id], env=slurm_environ(), timeout=30, check=False)
+        subprocess.run(["scancel", job_id], env=api.slurm().environ, timeout=30, check=False)
     fields = {}
     for key in ("JobName", "Comment", "StdOut", "StdErr", "WorkDir", "NumNodes"):
         # scontrol prints each field as Key=value up to the next field on the line.

@@ -204,6 +204,7 @@ def test_no_failure_report_means_no_failure(tmp_path: Path) -> None:
 def test_a_full_disk_leaves_no_half_written_run_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from clustertrain.backends.slurm import Slurm, SlurmBackend
     from clustertrain.backends.submission import submit_job
 
     job = render(build_spec(), str(tmp_path / "runs" / "mnist-x"), "/w")
@@ -214,13 +215,13 @@ def test_a_full_disk_leaves_no_half_written_run_folder(
             raise OSError(28, "No space left on device")
         return real_write(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    class NeverCalled:
+    class NeverCalled(Slurm):
         def submit(self, job: object) -> str:
             raise AssertionError("nothing may be queued")
 
     monkeypatch.setattr(Path, "write_text", full_disk)
     with pytest.raises(UserError, match="No space left on device"):
-        submit_job(job, NeverCalled(), check=False)  # type: ignore[arg-type]
+        submit_job(job, SlurmBackend(NeverCalled()), check=False)
     assert list((tmp_path / "runs").iterdir()) == []
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from clustertrain import api
 from clustertrain import cluster as local
-from clustertrain.backends.slurm import Slurm
 from tests.conftest import run_cli
 from tests.test_preemption import (
     RUN_TIMEOUT_S,
@@ -45,10 +45,10 @@ def env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
 
 def _second_node(job_id: str) -> str:
     """The job's non-head node: the batch shell runs on the head and must survive."""
-    _wait(f"job {job_id} running", lambda: Slurm().state(job_id).state == "RUNNING")
+    _wait(f"job {job_id} running", lambda: api.slurm().state(job_id).state == "RUNNING")
     from clustertrain.env import expand_hostlist
 
-    return expand_hostlist(Slurm().state(job_id).nodes)[1]
+    return expand_hostlist(api.slurm().state(job_id).nodes)[1]
 
 
 @pytest.mark.parametrize("how", [[], ["--cut-link"]], ids=["killed", "link-cut"])

@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from clustertrain import checkpoint
-from clustertrain.backends.slurm import Slurm
+from clustertrain import api, checkpoint
 from clustertrain.env import rendezvous_port
 from clustertrain.nodecheck import probe
 from tests.conftest import ROOT, run_cli
@@ -299,10 +298,8 @@ SLURM_ARGS = ["--strategy", "ddp", *ARGS]
 
 
 def _slurm(*args: str) -> str:
-    from clustertrain.backends.slurm import slurm_environ
-
     done = subprocess.run(
-        list(args), capture_output=True, text=True, env=slurm_environ(), check=True, timeout=30
+        list(args), capture_output=True, text=True, env=api.slurm().environ, check=True, timeout=30
     )
     return done.stdout.strip()
 
@@ -333,7 +330,7 @@ def release_requeued(job_id: str, restarts: int) -> None:
     """
 
     def requeued() -> bool:
-        state = Slurm().state(job_id)
+        state = api.slurm().state(job_id)
         return state.state == "PENDING" and state.restarts >= restarts
 
     _wait(f"job {job_id} requeued", requeued, 180)

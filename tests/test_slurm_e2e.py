@@ -46,9 +46,9 @@ def _has_sinfo() -> bool:
 
 
 def _slurm_env() -> dict[str, str]:
-    from clustertrain.backends.slurm import slurm_environ
+    from clustertrain import api
 
-    return slurm_environ()
+    return api.slurm().environ
 
 
 @pytest.fixture

@@ -158,17 +158,19 @@ def test_node_states_and_the_queue_as_the_local_cluster_reads_them() -> None:
 def test_a_conf_bound_runner_and_the_local_cluster_fallback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from clustertrain import api
     from clustertrain.backends import slurm
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.setenv("CLUSTERTRAIN_CLUSTER_DIR", str(tmp_path))
     bound = tmp_path / "other.conf"
     assert slurm.slurm_environ(bound)["SLURM_CONF"] == str(bound)
+    assert "SLURM_CONF" not in slurm.slurm_environ()  # the backend guesses nothing
     if Path("/etc/slurm/slurm.conf").exists():
         pytest.skip("this host has a system slurm.conf, which wins over the local cluster")
-    assert "SLURM_CONF" not in slurm.slurm_environ()  # no local cluster up: nothing guessed
+    assert "SLURM_CONF" not in api.slurm().environ  # no local cluster up: nothing guessed
     (tmp_path / "slurm.conf").write_text("")
-    assert slurm.slurm_environ()["SLURM_CONF"] == str(tmp_path / "slurm.conf")
+    assert api.slurm().environ["SLURM_CONF"] == str(tmp_path / "slurm.conf")
 
 
 def test_the_slurm_module_does_not_import_the_local_cluster() -> None:

@@ -11,7 +11,7 @@ import submitit
 
 from clustertrain import runs
 from clustertrain.backends import submission
-from clustertrain.backends.slurm import Slurm
+from clustertrain.backends.slurm import Slurm, SlurmBackend
 from clustertrain.errors import UserError
 from clustertrain.render import render
 from clustertrain.spec import build_spec
@@ -42,7 +42,7 @@ def test_a_queued_job_keeps_its_run_folder_when_its_id_cannot_be_recorded(
     monkeypatch.setattr(runs, "record_submission", full_disk)
     job = _job(tmp_path)
     with pytest.raises(UserError, match=r"job 42 is queued.*scancel 42"):
-        submission.submit_job(job, QueuedSlurm(), check=False)  # type: ignore[arg-type]
+        submission.submit_job(job, SlurmBackend(QueuedSlurm()), check=False)  # type: ignore[arg-type]
     folder = Path(job.run_dir)  # type: ignore[attr-defined]
     assert (folder / "launch.sh").is_file() and (folder / "job.sbatch").is_file()
 
@@ -50,15 +50,18 @@ def test_a_queued_job_keeps_its_run_folder_when_its_id_cannot_be_recorded(
 def test_a_refused_submission_leaves_nothing(tmp_path: Path) -> None:
     job = _job(tmp_path)
     with pytest.raises(UserError, match="Invalid account"):
-        submission.submit_job(job, RefusingSlurm(), check=False)  # type: ignore[arg-type]
+        submission.submit_job(job, SlurmBackend(RefusingSlurm()), check=False)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_private_submitit_method_clustertrain_uses_is_there() -> None:
     """Slurm.submit calls SlurmExecutor._submit_command(command) and overrides
-    _make_submission_file_text(command, uid); pyproject pins submitit to releases that have
-    both with these parameters (the end-to-end tests run the real path)."""
+    _make_submission_file_text(command, uid) and _make_submission_command(path); pyproject pins
+    submitit to releases that have all three with these parameters (the end-to-end tests run
+    the real path)."""
     executor = submitit.SlurmExecutor
     assert list(inspect.signature(executor._submit_command).parameters) == ["self", "command"]
     params = inspect.signature(executor._make_submission_file_text).parameters
     assert list(params) == ["self", "command", "uid"]
+    params = inspect.signature(executor._make_submission_command).parameters
+    assert list(params) == ["self", "submission_file_path"]

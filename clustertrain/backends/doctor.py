@@ -8,14 +8,13 @@ import shutil
 from pathlib import Path
 
 from clustertrain.backends.preflight import ClusterInfo
-from clustertrain.backends.slurm import Slurm, slurm_environ
+from clustertrain.backends.slurm import Slurm
 from clustertrain.spec.fields import format_time
 
 
-def cluster_lines(info: ClusterInfo, accounting: bool) -> list[str]:
+def cluster_lines(info: ClusterInfo, accounting: bool, conf: str) -> list[str]:
     lines = [
-        f"Slurm: {info.version or 'unknown version'} (SLURM_CONF="
-        f"{slurm_environ().get('SLURM_CONF', '/etc/slurm/slurm.conf')})",
+        f"Slurm: {info.version or 'unknown version'} (SLURM_CONF={conf})",
         "accounting (sacct): "
         + (
             "available"
@@ -62,4 +61,6 @@ def host_problems(runs_root: Path) -> list[str]:
 
 def report(slurm: Slurm, runs_root: Path) -> tuple[list[str], list[str]]:
     """(lines describing the cluster, problems found on this host)."""
-    return cluster_lines(slurm.cluster_info(), slurm.accounting_works()), host_problems(runs_root)
+    conf = slurm.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
+    lines = cluster_lines(slurm.cluster_info(), slurm.accounting_works(), conf)
+    return lines, host_problems(runs_root)

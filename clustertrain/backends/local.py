@@ -21,33 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
+from clustertrain.backends.base import Backend
+from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, read_regular
 from clustertrain.jobstate import LOCAL_ID, JobState
 from clustertrain.procs import start_time
-from clustertrain.render import OFFLINE_ENV, rank_environment
+from clustertrain.render import (
+    OFFLINE_ENV,
+    RenderedJob,
+    launcher_argv,
+    rank_environment,
+    venv_environment,
+)
+from clustertrain.runs import Run
 from clustertrain.spec import JobSpec
 
 STATE_FILE = "local.json"
 NODE = re.sub(r"[^A-Za-z0-9._-]", "-", os.uname().nodename) or "localhost"
-
-
-def is_local(job_id: str) -> bool:
-    return LOCAL_ID.fullmatch(job_id) is not None
-
-
-def launcher_argv(spec: JobSpec, port: int) -> tuple[str, ...]:
-    """One launcher for the whole world on this machine, its rendezvous on ``port``."""
-    world = spec.world_size
-    if spec.launcher == "accelerate":
-        head: tuple[str, ...] = ("accelerate", "launch")
-        head += ("--multi_gpu",) if world > 1 else ()
-        head += ("--num_machines", "1", "--num_processes", str(world))
-        head += ("--main_process_port", str(port), "--max_restarts", str(spec.max_restarts))
-        head += ("--tee", "3")
-    else:
-        head = ("torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={world}")
-        head += (f"--max_restarts={spec.max_restarts}", "--tee=3")
-    return (*head, *spec.entrypoint, *spec.args)
 
 
 def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str, str]:
@@ -56,9 +46,7 @@ def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str,
     # No requeue here: a rank that checkpoints on a stop request is told to start it again.
     env.pop(protocol.ENV_REQUEUE_FILE, None)
     env.update(rank_environment(spec, str(run_dir), requeue=False))
-    if spec.venv:
-        env["VIRTUAL_ENV"] = spec.venv
-        env["PATH"] = f"{spec.venv}/bin:{env.get('PATH', '')}"
+    env.update(venv_environment(spec.venv, env))
     if spec.offline:
         for key, value in OFFLINE_ENV:
             env.setdefault(key, value)
@@ -93,7 +81,7 @@ def read_state(run_dir: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def state(run_dir: Path, job_id: str) -> Any:
+def state(run_dir: Path, job_id: str) -> JobState:
     """The run's :class:`~clustertrain.jobstate.JobState`, in Slurm's words."""
     record = read_state(run_dir)
     pid, started, code = record.get("pid"), record.get("start_time"), record.get("exit_code")
@@ -120,12 +108,12 @@ def supervise(run_dir: Path) -> int:
 
     from clustertrain.spec import build_spec
 
-    spec = build_spec(yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")))
+    spec = build_spec(yaml.safe_load((run_dir / protocol.SPEC_FILE).read_text(encoding="utf-8")))
     me = os.getpid()
     write_state(run_dir, pid=me, start_time=start_time(me))
-    log_dir = run_dir / "logs" / "attempt-0"
+    log_dir = run_dir / protocol.LOGS_DIR / f"{protocol.ATTEMPT_DIR}0"
     log_dir.mkdir(parents=True, exist_ok=True)
-    argv = launcher_argv(spec, free_port())
+    argv = launcher_argv(spec, standalone_port=free_port())
     with open(log_dir / f"{NODE}.out", "ab") as out, open(log_dir / f"{NODE}.err", "ab") as err:
         out.write(f"clustertrain: local run on {NODE}: {' '.join(argv)}\n".encode())
         out.flush()
@@ -150,6 +138,52 @@ def supervise(run_dir: Path) -> int:
     code = 128 - code if code < 0 else code  # killed by a signal: as a shell reports it
     write_state(run_dir, pid=me, start_time=start_time(me), exit_code=code, cancelled=cancelled)
     return code
+
+
+class LocalBackend(Backend):
+    """This machine, without Slurm: one supervisor process per run (see the module's doc)."""
+
+    name = "local"
+    job_ids = LOCAL_ID
+    accepted = "started"
+
+    @staticmethod
+    def cancel_command(job_id: str) -> str:
+        return f"kill {job_id.removeprefix('local-')}"
+
+    def __init__(self) -> None:
+        # The supervisors started here, to reap once they end (a zombie would look alive).
+        self._started: dict[str, subprocess.Popen[bytes]] = {}
+
+    def check(self, job: RenderedJob, preflight: bool = True) -> None:
+        if job.spec.sweep:
+            raise UserError("sweep: a local run is one job; submit a sweep to Slurm (job array)")
+        if job.spec.container_image:
+            raise UserError(
+                f"container_image: a local run uses this machine's Python, not "
+                f"{job.spec.container_image}; submit the job to Slurm to run it in the container"
+            )
+
+    def submit(self, job: RenderedJob) -> str:
+        argv = [sys.executable, "-m", "clustertrain.backends.local", job.run_dir]
+        supervisor = subprocess.Popen(argv)
+        write_state(Path(job.run_dir), pid=supervisor.pid, start_time=start_time(supervisor.pid))
+        job_id = f"local-{supervisor.pid}"
+        self._started[job_id] = supervisor
+        return job_id
+
+    def state(self, run: Run) -> JobState:
+        if run.job_id in self._started:
+            self._started[run.job_id].poll()
+        return state(run.path, run.job_id)
+
+    def cancel(self, run: Run) -> None:
+        cancel(run.path, run.job_id)
+
+    def wait(self, run: Run, timeout: float) -> None:
+        """Wait for a supervisor started here to end (after an interrupt, say)."""
+        if run.job_id in self._started:
+            self._started[run.job_id].wait(timeout)
 
 
 if __name__ == "__main__":

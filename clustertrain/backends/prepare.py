@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import IO, BinaryIO
 
 from clustertrain.errors import UserError
+from clustertrain.render import venv_environment
 from clustertrain.spec import JobSpec
 
 PREFIX = "prepare | "
@@ -38,9 +39,7 @@ def environment(spec: JobSpec, base: Mapping[str, str]) -> dict[str, str]:
     """``base`` with the job's virtual environment first on PATH and the job's ``env`` set,
     as the nodes will have them (the offline switches are not: this step is the one online)."""
     env = dict(base)
-    if spec.venv:
-        env["VIRTUAL_ENV"] = spec.venv
-        env["PATH"] = f"{spec.venv}/bin:{env.get('PATH', '')}"
+    env.update(venv_environment(spec.venv, env))
     env.update(dict(spec.env))
     return env
 

@@ -17,11 +17,14 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from clustertrain.backends import preflight as preflight_checks
+from clustertrain.backends.base import Backend
 from clustertrain.backends.preflight import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.errors import UserError
 from clustertrain.jobstate import JOB_ID, TERMINAL_STATES, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.render.container import APPTAINER
+from clustertrain.runs import Run
 from clustertrain.spec.fields import CONTAINER_RUNTIMES, time_seconds
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -39,18 +42,12 @@ def checked_job_id(job_id: str) -> str:
     return job_id
 
 
-def local_cluster_dir() -> Path:
-    """Where ``clustertrain cluster up`` keeps the local cluster (its slurm.conf among it)."""
-    return Path(os.environ.get("CLUSTERTRAIN_CLUSTER_DIR", "/var/lib/clustertrain/cluster"))
-
-
 def slurm_environ(conf: Path | None = None) -> dict[str, str]:
-    """The environment for Slurm commands: the user's, pointed at ``conf`` if given, else at
-    the local cluster when nothing else names a config.
+    """The environment for Slurm's commands: the user's, pointed at ``conf`` if given.
 
-    With neither ``SLURM_CONF`` nor ``/etc/slurm/slurm.conf``, Slurm's commands fall back to a DNS
-    lookup for the controller and fail slowly; the local cluster's config is the better guess
-    (it exists only while that cluster is up: ``cluster down`` removes it).
+    A ``SLURM_CONF`` that names no file is refused at once: Slurm's commands would retry
+    reading it for 60 s before giving up. Which configuration a command should use when none is
+    named is the caller's to say (``clustertrain.api.slurm`` knows the local cluster's).
     """
     environ = dict(os.environ)
     if conf is not None:
@@ -58,14 +55,10 @@ def slurm_environ(conf: Path | None = None) -> dict[str, str]:
         return environ
     conf_text = environ.get("SLURM_CONF")
     if conf_text is not None and not Path(conf_text).is_file():
-        # Slurm's commands would retry reading it for 60 s before giving up.
         raise UserError(
             f"SLURM_CONF: {conf_text} does not exist; point it at the cluster's slurm.conf "
             "or unset it"
         )
-    local = local_cluster_dir() / "slurm.conf"
-    if conf_text is None and not Path("/etc/slurm/slurm.conf").exists() and local.is_file():
-        environ["SLURM_CONF"] = str(local)
     return environ
 
 
@@ -102,7 +95,13 @@ class Slurm:
 
     def __init__(self, runner: Runner | None = None, conf: Path | None = None) -> None:
         """``conf``: the slurm.conf to use (the local cluster's), else the environment's."""
+        self.conf = conf
         self._runner = runner or (lambda argv: _run(argv, conf))
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """The environment this runs Slurm's commands in."""
+        return slurm_environ(self.conf)
 
     def _call(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return self._runner(argv)
@@ -113,13 +112,19 @@ class Slurm:
         The run folder must exist already. submitit writes the script it hands to sbatch into
         that folder (``<id>_submission.sh``); its text is exactly ``job.batch_script``.
         """
-        os.environ.update(slurm_environ())
-        import submitit
+        import submitit  # lazy: start-up time (0.1 s), only a submission needs it
         from submitit.core.utils import FailedJobError
+
+        # sbatch runs in submitit's process environment; this one names the configuration
+        # through env(1) instead of changing this process's environment.
+        conf = ["env", f"SLURM_CONF={self.conf}"] if self.conf is not None else []
 
         class Executor(submitit.SlurmExecutor):
             def _make_submission_file_text(self, command: str, uid: str) -> str:
                 return job.batch_script
+
+            def _make_submission_command(self, submission_file_path: Path) -> list[str]:
+                return [*conf, *super()._make_submission_command(submission_file_path)]
 
         try:
             executor = Executor(folder=job.run_dir)
@@ -337,3 +342,32 @@ def parse_nodes(text: str) -> tuple[Node, ...]:
             state=state,
         )
     return tuple(merged.values())
+
+
+class SlurmBackend(Backend):
+    """A Slurm cluster, through its commands (:class:`Slurm`); preflight reads its limits."""
+
+    name = "slurm"
+    job_ids = JOB_ID
+    accepted = "queued"
+
+    @staticmethod
+    def cancel_command(job_id: str) -> str:
+        return f"scancel {job_id}"
+
+    def __init__(self, slurm: Slurm | None = None) -> None:
+        self.slurm = slurm or Slurm()
+
+    def check(self, job: RenderedJob, preflight: bool = True) -> None:
+        if preflight:
+            preflight_checks.check(job.spec, self.slurm.cluster_info())
+            preflight_checks.check_files(job)
+
+    def submit(self, job: RenderedJob) -> str:
+        return self.slurm.submit(job)
+
+    def state(self, run: Run) -> JobState:
+        return self.slurm.state(run.job_id)
+
+    def cancel(self, run: Run) -> None:
+        self.slurm.cancel(run.job_id)

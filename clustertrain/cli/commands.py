@@ -133,8 +133,7 @@ def run(
     import shlex
 
     from clustertrain import api
-    from clustertrain.backends import local
-    from clustertrain.render import prepare_text
+    from clustertrain.render import launcher_argv, prepare_text
 
     extra = spec_fields(ctx, replace_args, flags)
     if dry_run:
@@ -142,7 +141,7 @@ def run(
             job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags
         )
         click.echo(prepare_text(planned.spec, planned.workdir), nl=False)
-        words = [shlex.quote(word) for word in local.launcher_argv(planned.spec, port=0)]
+        words = [shlex.quote(word) for word in launcher_argv(planned.spec, standalone_port=0)]
         click.echo("".join(f" \\\n    {w}" if w.startswith("-") else f" {w}" for w in words)[1:])
         return
     job = api.run_local(
@@ -183,14 +182,14 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
 
 def _sweep_counts(run: Any) -> str:
     """For a sweep, its tasks per state (asked of Slurm: only sweeps cost a query)."""
-    from clustertrain import runs
-    from clustertrain.backends.slurm import Slurm, SlurmUnreachable
+    from clustertrain import api, runs
+    from clustertrain.backends.slurm import SlurmUnreachable
 
     count = len(runs.tasks(run))
     if not count:
         return ""
     try:
-        counts = Slurm().state(run.job_id).counts()
+        counts = api.slurm().state(run.job_id).counts()
     except SlurmUnreachable:
         counts = "state unknown"
     return f"  sweep of {count} tasks: {counts or 'state unknown'}"
@@ -250,11 +249,10 @@ def logs(
 @runs_dir_option
 def doctor(runs_dir: str | None) -> None:
     """What the cluster offers, and whether this host has what jobs need (exit 1 if not)."""
-    from clustertrain import runs
+    from clustertrain import api, runs
     from clustertrain.backends import doctor as checks
-    from clustertrain.backends.slurm import Slurm
 
-    lines, problems = checks.report(Slurm(), runs.runs_root(runs_dir))
+    lines, problems = checks.report(api.slurm(), runs.runs_root(runs_dir))
     for line in lines:
         click.echo(line)
     click.echo("submission host: " + ("ready" if not problems else f"{len(problems)} problem(s)"))

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clustertrain.backends.slurm import local_cluster_dir
 from clustertrain.errors import FieldError
 
 NETWORKS = ("namespaces", "loopback")
 
 
 def default_state_dir() -> Path:
-    return local_cluster_dir()
+    """Where ``clustertrain cluster up`` keeps the local cluster (its slurm.conf among it)."""
+    return Path(os.environ.get("CLUSTERTRAIN_CLUSTER_DIR", "/var/lib/clustertrain/cluster"))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from clustertrain.render.scripts import (
     prepare_text,
     rank_environment,
     render,
+    venv_environment,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "prepare_text",
     "rank_environment",
     "render",
+    "venv_environment",
 ]

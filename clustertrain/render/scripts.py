@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -156,7 +157,9 @@ def _context(
         "tasks_dir": shlex.quote(str(PurePosixPath(run_dir, sweep.TASKS_DIR))),
         "sweep_tasks": tasks,
         "logs_dir": shell_word(
-            Expand(f"{folder}/logs") if spec.sweep else str(PurePosixPath(run_dir, "logs"))
+            Expand(f"{folder}/{protocol.LOGS_DIR}")
+            if spec.sweep
+            else str(PurePosixPath(run_dir, protocol.LOGS_DIR))
         ),
         "rank_env": [(k, shell_word(v)) for k, v in rank_environment(spec, folder)],
         "offline_env": OFFLINE_ENV if spec.offline else (),
@@ -201,11 +204,14 @@ def _argv_lines(argv: tuple[str, ...]) -> list[str]:
 def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, ...]:
     """The ``#SBATCH`` flags, sorted by name, each value quoted for sbatch's own parser
     (:mod:`clustertrain.spec.sbatch`), which is not bash's."""
-    logs = PurePosixPath(run_dir, "logs")
+    logs = PurePosixPath(run_dir, protocol.LOGS_DIR)
     # %j keeps jobs apart; a sweep's task K (%a of array %A) writes into its own folder.
     log_name = "slurm-%j"
     if spec.sweep:
-        logs, log_name = PurePosixPath(run_dir, sweep.TASKS_DIR, "%a", "logs"), "slurm-%A_%a"
+        logs, log_name = (
+            PurePosixPath(run_dir, sweep.TASKS_DIR, "%a", protocol.LOGS_DIR),
+            "slurm-%A_%a",
+        )
     gpus = spec.gpus_per_node
     values: dict[str, str | None] = {
         "job-name": spec.name,
@@ -275,7 +281,7 @@ def rank_environment(
     pairs = [
         ("PYTHONUNBUFFERED", "1"),
         (protocol.ENV_RUN_DIR, run_dir),
-        (protocol.ENV_OUT_DIR, under("out")),
+        (protocol.ENV_OUT_DIR, under(protocol.OUT_DIR)),
         (protocol.ENV_EVENTS_FILE, under(protocol.EVENTS_FILE)),
     ]
     if requeue:
@@ -283,7 +289,7 @@ def rank_environment(
     pairs += [
         (protocol.ENV_RDZV_TIMEOUT_S, str(spec.rdzv_timeout_s)),
         # torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines.
-        ("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", protocol.RANK_PREFIX_TEMPLATE),
+        (protocol.ENV_RANK_PREFIX, protocol.RANK_PREFIX_TEMPLATE),
     ]
     if spec.socket_ifname:
         pairs += [(name, spec.socket_ifname) for name in protocol.SOCKET_IFNAME_VARS]
@@ -319,8 +325,11 @@ def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tu
     )
 
 
-def launcher_argv(spec: JobSpec) -> tuple[str, ...]:
-    """The command each node runs: ``torchrun`` or ``accelerate launch`` with a c10d rendezvous."""
+def launcher_argv(spec: JobSpec, standalone_port: int | None = None) -> tuple[str, ...]:
+    """The command each node runs: ``torchrun`` or ``accelerate launch`` with a c10d rendezvous;
+    with ``standalone_port``, the one command a local run starts for the whole world here."""
+    if standalone_port is not None:
+        return (*_standalone_launcher(spec, standalone_port), *spec.entrypoint, *spec.args)
     if spec.launcher == "accelerate":
         head: tuple[str, ...] = ("accelerate", "launch")
         if spec.world_size > 1:
@@ -362,3 +371,23 @@ def launcher_argv(spec: JobSpec) -> tuple[str, ...]:
             "--tee=3",
         )
     return (*head, *spec.entrypoint, *spec.args)
+
+
+def _standalone_launcher(spec: JobSpec, port: int) -> tuple[str, ...]:
+    world = spec.world_size
+    if spec.launcher == "accelerate":
+        head: tuple[str, ...] = ("accelerate", "launch")
+        head += ("--multi_gpu",) if world > 1 else ()
+        head += ("--num_machines", "1", "--num_processes", str(world))
+        return (*head, "--main_process_port", str(port), "--max_restarts", str(spec.max_restarts),
+                "--tee", "3")  # fmt: skip
+    return ("torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={world}",
+            f"--max_restarts={spec.max_restarts}", "--tee=3")  # fmt: skip
+
+
+def venv_environment(venv: str | None, base: Mapping[str, str]) -> dict[str, str]:
+    """``VIRTUAL_ENV`` and ``PATH`` as the batch script exports them for ``venv`` (nothing
+    without one), for what runs outside it: a local run's ranks, the prepare step."""
+    if not venv:
+        return {}
+    return {"VIRTUAL_ENV": venv, "PATH": f"{venv}/bin:{base.get('PATH', '')}"}

@@ -18,24 +18,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from clustertrain.render import container
-
 from clustertrain import events, protocol
-
-from clustertrain.spec import sweep
 from clustertrain.errors import UserError
-from clustertrain.spec.fields import LAUNCHERS
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import JOB_ID, LOCAL_ID
-from clustertrain.render import RenderedJob
+from clustertrain.render import RenderedJob, container
+from clustertrain.spec import sweep
+from clustertrain.spec.fields import LAUNCHERS
 
-RECORD = "job.json"
-# The output of the job's prepare commands (clustertrain.backends.prepare), run before it was queued.
-PREPARE_LOG = "prepare.log"
+RECORD = protocol.RECORD_FILE
+PREPARE_LOG = protocol.PREPARE_LOG
 DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_RECORD_BYTES = 64 << 10
 _MAX_METRICS_TAIL = 1 << 20
+_MAX_METRICS = 256 << 20
 
 
 def runs_root(flag: str | None) -> Path:
@@ -76,30 +73,40 @@ class Run:
 
     @property
     def logs_dir(self) -> Path:
-        return self.path / "logs"
+        return self.path / protocol.LOGS_DIR
 
     @property
     def out_dir(self) -> Path:
-        return self.path / "out"
+        return self.path / protocol.OUT_DIR
 
     @property
     def events_path(self) -> Path:
         return self.path / protocol.EVENTS_FILE
 
-    def final_metrics(self) -> dict[str, Any] | None:
-        """The entrypoint's closing ``"event": "done"`` record, if the job wrote one."""
+    def metrics(self, tail: int | None = None) -> list[dict[str, Any]]:
+        """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``); of its
+        last ``tail`` bytes only if given. A line that is not a JSON object is skipped: a run
+        folder is anyone's, and a job killed mid-write leaves half a line."""
         try:
-            data = read_regular(self.out_dir / "metrics.jsonl", _MAX_METRICS_TAIL, tail=True)
+            data = read_regular(
+                self.out_dir / protocol.METRICS_FILE, tail or _MAX_METRICS, tail=tail is not None
+            )
         except RunFolderError:
-            return None
-        for line in reversed(data.decode("utf-8", "replace").splitlines()):
+            return []
+        records = []
+        for line in data.decode("utf-8", "replace").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(record, dict) and record.get("event") == "done":
-                return record
-        return None
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def final_metrics(self) -> dict[str, Any] | None:
+        """The entrypoint's closing ``"event": "done"`` record, if the job wrote one."""
+        records = self.metrics(tail=_MAX_METRICS_TAIL)
+        return next((r for r in reversed(records) if r.get("event") == "done"), None)
 
 
 def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Path:
@@ -116,14 +123,14 @@ def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Pa
             f"run folder: cannot create {path}: {exc.strerror}; choose another --runs-dir"
         ) from exc
     try:
-        (path / "logs").mkdir()
-        (path / "out").mkdir()
+        (path / protocol.LOGS_DIR).mkdir()
+        (path / protocol.OUT_DIR).mkdir()
         if job.spec.sweep:  # each task a run folder of its own; Slurm creates no folders
             sweep.write_table(path, job.spec.sweep)
             for task in range(len(sweep.tasks(job.spec.sweep))):
-                for sub in ("logs", "out"):
+                for sub in (protocol.LOGS_DIR, protocol.OUT_DIR):
                     (path / sweep.TASKS_DIR / str(task) / sub).mkdir(parents=True)
-        (path / "spec.yaml").write_text(
+        (path / protocol.SPEC_FILE).write_text(
             yaml.safe_dump(job.spec.to_dict(), sort_keys=False, allow_unicode=True),
             encoding="utf-8",
         )

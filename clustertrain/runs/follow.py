@@ -27,12 +27,14 @@ from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clustertrain import protocol
+
 CYCLE_S = 0.25
 SWEEP_CYCLES = 3
 QUIET_AFTER_S = 5.0
 RESCAN_S = 2.0
 MAX_PARTIAL = 1 << 20
-_ATTEMPT = re.compile(r"attempt-(\d+)")
+_ATTEMPT = re.compile(re.escape(protocol.ATTEMPT_DIR) + r"(\d+)")
 _NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
 
 

@@ -16,9 +16,9 @@ from typing import TextIO
 
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, printable, read_regular
-from clustertrain.runs.follow import CYCLE_S, LogFile, Tail, list_log_files
 from clustertrain.jobstate import JobState
 from clustertrain.runs import Run, tasks
+from clustertrain.runs.follow import CYCLE_S, LogFile, Tail, list_log_files
 
 _RANK_PREFIX = protocol.RANK_PREFIX
 _LOCAL_RANK_PREFIX = protocol.LOCAL_RANK_PREFIX

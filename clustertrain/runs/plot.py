@@ -15,12 +15,9 @@ from typing import Any
 import matplotlib
 
 from clustertrain import events
-
-from clustertrain.spec import sweep
-
-from clustertrain.runs import timeline
 from clustertrain.files import printable
-from clustertrain.runs import Run, tasks
+from clustertrain.runs import Run, tasks, timeline
+from clustertrain.spec import sweep
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {

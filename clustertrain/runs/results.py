@@ -10,13 +10,10 @@ import json
 from dataclasses import asdict, dataclass
 
 from clustertrain import events
-
-from clustertrain.spec import sweep
-
-from clustertrain.runs import timeline
 from clustertrain.files import printable
 from clustertrain.jobstate import JobState
-from clustertrain.runs import Run, task
+from clustertrain.runs import Run, task, timeline
+from clustertrain.spec import sweep
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from clustertrain import checkpoint, events, runtime
+from clustertrain import checkpoint, events, protocol, runtime
 from clustertrain.errors import UserError
 
 from . import data, model, recipes
@@ -59,8 +59,8 @@ class Trainer:
             f"{self.batching.global_batch} ({self.batching.per_process} per process), "
             f"lr {self.batching.lr:g}"
         )
-        self.store = checkpoint.Store(config.out_dir / "checkpoints")
-        self.metrics_path = config.out_dir / "metrics.jsonl"
+        self.store = checkpoint.Store(config.out_dir / protocol.CHECKPOINTS_DIR)
+        self.metrics_path = config.out_dir / protocol.METRICS_FILE
         self.key = self._resume_key()
 
     def _resume_key(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ if not __package__:  # `python jobs/mnist/train.py`: the package's relative impo
     sys.exit("error: run it as a module from the repository root: python -m jobs.mnist.train")
 
 from clustertrain import env as dist_env  # noqa: E402
-from clustertrain import events, runtime  # noqa: E402
+from clustertrain import events, protocol, runtime  # noqa: E402
 from clustertrain.errors import UserError  # noqa: E402
 
 from . import data, strategies  # noqa: E402
@@ -39,7 +39,7 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
     launched = dist_env.from_environ()
     saved_streams = sys.stdout, sys.stderr
     # torchrun and accelerate already prefix each line when clustertrain's job sets this.
-    if launched.rank != 0 and "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in os.environ:
+    if launched.rank != 0 and protocol.ENV_RANK_PREFIX not in os.environ:
         sys.stdout = _RankPrefixed(sys.stdout, launched.rank)  # type: ignore[assignment]
         sys.stderr = _RankPrefixed(sys.stderr, launched.rank)  # type: ignore[assignment]
     # Before the rendezvous: missing data ends every rank at once, with no peer left waiting.

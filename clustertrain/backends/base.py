@@ -1,0 +1,50 @@
+"""The one interface every backend offers, like submitit's executors and TorchX's schedulers.
+
+A job is rendered once (clustertrain.render), its run folder written (clustertrain.runs), and
+then a backend takes over: it refuses what it could never run, queues or starts the job, and
+answers for its state. ``clustertrain.api.Job`` and the CLI call only this.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from clustertrain.jobstate import JobState
+from clustertrain.render import RenderedJob
+from clustertrain.runs import Run
+
+
+class Backend(ABC):
+    """Where a job runs. ``job_ids`` matches the ids it hands out, and no other backend's."""
+
+    name: ClassVar[str]
+    job_ids: ClassVar[re.Pattern[str]]
+    accepted: ClassVar[str]  # what a submitted job is then: "queued", "started"
+
+    @staticmethod
+    @abstractmethod
+    def cancel_command(job_id: str) -> str:
+        """The shell command that ends the job, for when clustertrain cannot say it itself."""
+
+    @classmethod
+    def owns(cls, job_id: str) -> bool:
+        return cls.job_ids.fullmatch(job_id) is not None
+
+    @abstractmethod
+    def check(self, job: RenderedJob, preflight: bool = True) -> None:
+        """Raise :class:`~clustertrain.errors.UserError` for a job this backend could never
+        run; ``preflight=False`` skips the checks a user may overrule (a cluster's limits)."""
+
+    @abstractmethod
+    def submit(self, job: RenderedJob) -> str:
+        """Queue or start ``job``, whose run folder is written; return its id."""
+
+    @abstractmethod
+    def state(self, run: Run) -> JobState:
+        """The job's state now."""
+
+    @abstractmethod
+    def cancel(self, run: Run) -> None:
+        """End the job, whatever its state."""
