@@ -34,6 +34,9 @@ _ROOT_CAUSE = re.compile(
 FAILURE_TAIL_LINES = 6
 # srun's words when Slurm declares a node of the step down (NODE_FAIL).
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.MULTILINE)
+# A line that states a rank's error: an exception's ("ValueError: boom"), or a script's own
+# "error: ..." (argparse, and the MNIST entrypoint's, which exit without a traceback).
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|error):")
 # The scheduler is not cheap to poll (Slurm's docs warn against squeue loops); files are
 # (clustertrain.runs.follow).
 STATE_POLL_S = 3.0
@@ -115,11 +118,14 @@ class Failure:
     node: str
     exit_code: int
     tail: tuple[str, ...]
+    # The last line of its own that states an error ("ValueError: boom"), if it wrote one.
+    error: str | None = None
 
     def lines(self) -> list[str]:
         signal = f" (signal {-self.exit_code})" if self.exit_code < 0 else ""
-        head = f"first failure: rank {self.rank} on {self.node}, exit code {self.exit_code}{signal}"
-        return [head, *(f"  {line}" for line in self.tail)]
+        error = f": {printable(self.error)}" if self.error else ""
+        head = f"first failure: rank {self.rank} on {self.node}, exit code {self.exit_code}"
+        return [head + signal + error, *(f"  {line}" for line in self.tail)]
 
 
 def first_failure(run: Run) -> Failure | None:
@@ -142,7 +148,9 @@ def first_failure(run: Run) -> Failure | None:
             for got_rank, got_local, rest in map(_split_prefix, text.splitlines())
             if got_rank == rank or got_local == local
         ]
-        failure = Failure(rank, log.node, int(cause["exit"]), tuple(own[-FAILURE_TAIL_LINES:]))
+        error = next((line for line in reversed(own) if _ERROR_LINE.match(line)), None)
+        tail = tuple(own[-FAILURE_TAIL_LINES:])
+        failure = Failure(rank, log.node, int(cause["exit"]), tail, error)
         # Reports carry whole seconds: on a tie, a rank killed by a signal, or one that did not
         # just lose a peer, is the better suspect.
         peer_died = bool(fold.PEER_FAILED.search("\n".join(own)))
