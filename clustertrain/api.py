@@ -170,13 +170,18 @@ class Job:
             time.sleep(max(0.0, min(poll_s, left)))
 
     def logs(
-        self, follow: bool = False, rank: int | None = None, node: str | None = None
+        self,
+        follow: bool = False,
+        rank: int | None = None,
+        node: str | None = None,
+        raw: bool = False,
     ) -> Iterator[str]:
         """Every rank's lines, ``node1 rank0 | ...`` (only ``rank``'s or ``node``'s if given);
-        with ``follow``, new ones as they come, until the job ends."""
+        with ``follow``, new ones as they come, until the job ends. What follows a failure is
+        folded to a line per run unless ``raw``."""
         from clustertrain.runs import logs
 
-        filters = logs.Filter(rank=rank, node=node)
+        filters = logs.Filter(rank=rank, node=node, raw=raw)
         if follow:
             return logs.follow_lines(self.run, filters, self.job_state)
         return logs.read_all(self.run, filters)

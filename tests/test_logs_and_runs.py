@@ -161,7 +161,9 @@ def test_first_failure_names_the_earliest_root_cause_and_its_traceback(tmp_path:
     assert failure is not None
     assert (failure.rank, failure.node, failure.exit_code) == (3, "node1", 1)
     assert failure.tail[-1] == "ValueError: rank three exploded"
-    assert failure.lines()[0] == "first failure: rank 3 on node1, exit code 1"
+    assert failure.lines()[0] == (
+        "first failure: rank 3 on node1, exit code 1: ValueError: rank three exploded"
+    )
 
 
 # torch 1.13 (Debian 12's, in container images) ignores the prefix template: "[default<local>]:".

@@ -209,7 +209,7 @@ def cancel(job: str, runs_dir: str | None) -> None:
 
 @cli.command(
     epilog="\b\nExamples:\n  clustertrain logs last --follow\n"
-    "  clustertrain logs 42 --rank 3\n  clustertrain logs 42 --errors"
+    "  clustertrain logs 42 --rank 3\n  clustertrain logs 42 --errors\n  clustertrain logs 42 --raw"
 )
 @click.argument("job", default="last")
 @click.option(
@@ -221,17 +221,31 @@ def cancel(job: str, runs_dir: str | None) -> None:
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--node", help="Only this node.")
 @click.option("--errors", is_flag=True, help="Only stderr.")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Every line as written: what follows a failure (launchers' failure reports, c10d "
+    "stack frames, peers' lost-connection tracebacks) is not folded.",
+)
 @runs_dir_option
 def logs(
-    job: str, follow: bool, rank: int | None, node: str | None, errors: bool, runs_dir: str | None
+    job: str,
+    follow: bool,
+    rank: int | None,
+    node: str | None,
+    errors: bool,
+    raw: bool,
+    runs_dir: str | None,
 ) -> None:
-    """Every rank's output, each line prefixed with its node and rank."""
+    """Every rank's output, each line prefixed with its node and rank. After a rank fails,
+    the consequences in other ranks and launchers are folded to one line per run (--raw
+    shows them)."""
     from clustertrain.api import Job
     from clustertrain.runs import logs as joblogs
 
     attached = Job.attach(job, runs_dir)
     run = attached.run
-    filters = joblogs.Filter(rank=rank, node=node, errors=errors)
+    filters = joblogs.Filter(rank=rank, node=node, errors=errors, raw=raw)
     if not follow:
         failure = joblogs.first_failure(run) if errors else None
         for line in failure.lines() if failure else []:

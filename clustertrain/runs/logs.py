@@ -4,20 +4,23 @@ Layout written by the batch script: ``logs/slurm-<id>.{out,err}`` for the batch 
 ``logs/attempt-<K>/<node>.{out,err}`` for each node's launcher, whose lines torchrun and
 accelerate prefix with ``[rank<N>]: ``. Only regular files inside the run's own ``logs`` folder
 are read; symlinks are skipped, so a crafted run folder cannot point ``logs`` elsewhere.
+What follows a rank's failure is folded to a line per run unless asked for raw
+(:mod:`clustertrain.runs.fold`).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import JobState
-from clustertrain.runs import Run, tasks
+from clustertrain.runs import Run, fold, tasks
 from clustertrain.runs.follow import CYCLE_S, LogFile, Tail, list_log_files
 
 _RANK_PREFIX = protocol.RANK_PREFIX
@@ -31,11 +34,9 @@ _ROOT_CAUSE = re.compile(
 FAILURE_TAIL_LINES = 6
 # srun's words when Slurm declares a node of the step down (NODE_FAIL).
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.MULTILINE)
-# What a rank says when it fails only because a peer died first (gloo, NCCL, c10d store).
-_PEER_FAILED = re.compile(
-    r"Connection closed by peer|remote worker crash|Connection reset|"
-    r"NCCL communicator was aborted|recvValueWithTimeout failed"
-)
+# A line that states a rank's error: an exception's ("ValueError: boom"), or a script's own
+# "error: ..." (argparse, and the MNIST entrypoint's, which exit without a traceback).
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|error):")
 # The scheduler is not cheap to poll (Slurm's docs warn against squeue loops); files are
 # (clustertrain.runs.follow).
 STATE_POLL_S = 3.0
@@ -46,6 +47,8 @@ class Filter:
     rank: int | None = None
     node: str | None = None
     errors: bool = False
+    # Every line as written, nothing folded.
+    raw: bool = False
 
     def wants_file(self, log: LogFile) -> bool:
         return (not self.errors or log.stream == "err") and (
@@ -71,19 +74,40 @@ def _split_prefix(line: str) -> tuple[int | None, int | None, str]:
     return None, None, line
 
 
-def format_line(log: LogFile, line: str, filters: Filter) -> str | None:
-    """``node1 rank3 | text``, or None when the filters leave the line out."""
-    rank, local, text = _split_prefix(line)
-    if not filters.wants_rank(rank):
-        return None
+def _label(log: LogFile, rank: int | None, local: int | None) -> str:
+    """``node1 rank3 |``: whose line, and ``!`` for stderr."""
     if rank is not None:
         who = f"{log.node} rank{rank}"
     elif local is not None:
         who = f"{log.node} local{local}"
     else:
         who = log.node if log.node == "batch" else f"{log.node} launcher"
-    stream = " !" if log.stream == "err" else " |"
-    return f"{who}{stream} {printable(text)}"
+    return f"{who} {'!' if log.stream == 'err' else '|'}"
+
+
+class _Reader:
+    """One log file's lines in order, labelled, filtered and, unless raw, folded."""
+
+    def __init__(self, run: Run, log: LogFile, filters: Filter, prefix: str) -> None:
+        self.log, self.filters, self.prefix = log, filters, prefix
+        try:
+            where = str(log.path.relative_to(run.path))
+        except ValueError:
+            where = str(log.path)
+        self.folder = None if filters.raw else fold.Folder(printable(where))
+
+    def feed(self, line: str) -> Iterator[str]:
+        split = fold.Line(*_split_prefix(line))
+        return self._shown([split] if self.folder is None else self.folder.feed(split))
+
+    def finish(self) -> Iterator[str]:
+        return self._shown(self.folder.finish() if self.folder is not None else [])
+
+    def _shown(self, lines: Iterable[fold.Line]) -> Iterator[str]:
+        for line in lines:
+            if self.filters.wants_rank(line.rank):
+                who = _label(self.log, line.rank, line.local)
+                yield f"{self.prefix}{who} {printable(line.text)}"
 
 
 @dataclass(frozen=True)
@@ -94,11 +118,14 @@ class Failure:
     node: str
     exit_code: int
     tail: tuple[str, ...]
+    # The last line of its own that states an error ("ValueError: boom"), if it wrote one.
+    error: str | None = None
 
     def lines(self) -> list[str]:
         signal = f" (signal {-self.exit_code})" if self.exit_code < 0 else ""
-        head = f"first failure: rank {self.rank} on {self.node}, exit code {self.exit_code}{signal}"
-        return [head, *(f"  {line}" for line in self.tail)]
+        error = f": {printable(self.error)}" if self.error else ""
+        head = f"first failure: rank {self.rank} on {self.node}, exit code {self.exit_code}"
+        return [head + signal + error, *(f"  {line}" for line in self.tail)]
 
 
 def first_failure(run: Run) -> Failure | None:
@@ -121,10 +148,12 @@ def first_failure(run: Run) -> Failure | None:
             for got_rank, got_local, rest in map(_split_prefix, text.splitlines())
             if got_rank == rank or got_local == local
         ]
-        failure = Failure(rank, log.node, int(cause["exit"]), tuple(own[-FAILURE_TAIL_LINES:]))
+        error = next((line for line in reversed(own) if _ERROR_LINE.match(line)), None)
+        tail = tuple(own[-FAILURE_TAIL_LINES:])
+        failure = Failure(rank, log.node, int(cause["exit"]), tail, error)
         # Reports carry whole seconds: on a tie, a rank killed by a signal, or one that did not
         # just lose a peer, is the better suspect.
-        peer_died = bool(_PEER_FAILED.search("\n".join(own)))
+        peer_died = bool(fold.PEER_FAILED.search("\n".join(own)))
         found.append(((cause["time"], failure.exit_code >= 0, peer_died), failure))
     return min(found, key=lambda item: item[0])[1] if found else None
 
@@ -151,10 +180,10 @@ def read_all(run: Run, filters: Filter) -> Iterator[str]:
             if not filters.wants_file(log):
                 continue
             text = log.path.read_text(encoding="utf-8", errors="replace")
+            reader = _Reader(run, log, filters, prefix)
             for line in text.splitlines():
-                formatted = format_line(log, line, filters)
-                if formatted is not None:
-                    yield prefix + formatted
+                yield from reader.feed(line)
+            yield from reader.finish()
 
 
 def follow(
@@ -188,12 +217,13 @@ def follow_lines(
     How the files are polled, at any number of them: :mod:`clustertrain.runs.follow`.
     """
     tails = [(p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock)) for p, v in _views(run)]
+    readers: dict[Path, _Reader] = {}
 
     def formatted(prefix: str, found: Iterator[tuple[LogFile, bytes]]) -> Iterator[str]:
         for log, raw in found:
-            line = format_line(log, raw.decode("utf-8", "replace"), filters)
-            if line is not None:
-                yield prefix + line
+            if log.path not in readers:
+                readers[log.path] = _Reader(run, log, filters, prefix)
+            yield from readers[log.path].feed(raw.decode("utf-8", "replace"))
 
     next_state = clock()
     while True:
@@ -204,6 +234,8 @@ def follow_lines(
             if state.finished:
                 for prefix, tail in tails:
                     yield from formatted(prefix, tail.finish())
+                for reader in readers.values():
+                    yield from reader.finish()
                 return state
             next_state = clock() + STATE_POLL_S
         sleep(CYCLE_S)
