@@ -6,7 +6,8 @@ they are imported on first use, so a rank importing ``clustertrain.runtime`` pay
 
 from typing import Any
 
-__version__ = "0.1.0"
+from clustertrain.version import __version__ as __version__
+
 __all__ = ["Job", "plan", "submit"]
 
 

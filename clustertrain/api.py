@@ -81,7 +81,7 @@ def submit(
     the job's prepare commands run here first (see :mod:`clustertrain.backends.prepare`;
     ``skip_prepare=True`` skips them).
     """
-    from clustertrain.backends.slurm import SlurmBackend
+    from clustertrain.backends.slurm import SlurmBackend  # lazy: start-up time
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if dry_run:
@@ -98,7 +98,7 @@ def run_local(
 ) -> Job:
     """Start the job on this machine without Slurm (see :mod:`clustertrain.backends.local`);
     returns at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
-    from clustertrain.backends.local import LocalBackend
+    from clustertrain.backends.local import LocalBackend  # lazy: start-up time
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     return Job.start(job, LocalBackend())
@@ -107,8 +107,8 @@ def run_local(
 def slurm() -> Slurm:
     """Slurm's commands, pointed at the local cluster's configuration while it is up and
     nothing else names one (``SLURM_CONF``, ``/etc/slurm/slurm.conf``)."""
-    from clustertrain.backends.slurm import Slurm
-    from clustertrain.cluster.layout import conf_path, default_state_dir
+    from clustertrain.backends.slurm import Slurm  # lazy: start-up time
+    from clustertrain.cluster.layout import conf_path, default_state_dir  # lazy: start-up time
 
     local = conf_path(default_state_dir())
     named = "SLURM_CONF" in os.environ or Path("/etc/slurm/slurm.conf").exists()
@@ -117,8 +117,8 @@ def slurm() -> Slurm:
 
 def backend_for(job_id: str) -> Backend:
     """The backend whose ids look like ``job_id``."""
-    from clustertrain.backends.local import LocalBackend
-    from clustertrain.backends.slurm import SlurmBackend
+    from clustertrain.backends.local import LocalBackend  # lazy: start-up time
+    from clustertrain.backends.slurm import SlurmBackend  # lazy: start-up time
 
     return LocalBackend() if LocalBackend.owns(job_id) else SlurmBackend(slurm())
 
@@ -133,7 +133,7 @@ class Job:
     @classmethod
     def start(cls, job: RenderedJob, backend: Backend, preflight: bool = True) -> Job:
         """Hand a rendered job to ``backend`` (see :mod:`clustertrain.backends.submission`)."""
-        from clustertrain.backends.submission import submit_job
+        from clustertrain.backends.submission import submit_job  # lazy: start-up time
 
         return cls(submit_job(job, backend, check=preflight), backend)
 
@@ -179,7 +179,7 @@ class Job:
         """Every rank's lines, ``node1 rank0 | ...`` (only ``rank``'s or ``node``'s if given);
         with ``follow``, new ones as they come, until the job ends. What follows a failure is
         folded to a line per run unless ``raw``."""
-        from clustertrain.runs import logs
+        from clustertrain.runs import logs  # lazy: start-up time
 
         filters = logs.Filter(rank=rank, node=node, raw=raw)
         if follow:

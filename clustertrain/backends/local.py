@@ -34,7 +34,7 @@ from clustertrain.render import (
     venv_environment,
 )
 from clustertrain.runs import Run
-from clustertrain.spec import JobSpec
+from clustertrain.spec import JobSpec, build_spec
 
 STATE_FILE = "local.json"
 NODE = re.sub(r"[^A-Za-z0-9._-]", "-", os.uname().nodename) or "localhost"
@@ -104,9 +104,7 @@ def cancel(run_dir: Path, job_id: str) -> None:
 
 def supervise(run_dir: Path) -> int:
     """Run the spec recorded in ``run_dir``; returns the launcher's exit status."""
-    import yaml
-
-    from clustertrain.spec import build_spec
+    import yaml  # lazy: start-up time, as in clustertrain.spec.jobfile
 
     spec = build_spec(yaml.safe_load((run_dir / protocol.SPEC_FILE).read_text(encoding="utf-8")))
     me = os.getpid()

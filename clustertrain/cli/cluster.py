@@ -5,6 +5,8 @@ Each command parses, calls :mod:`clustertrain.cluster`, prints.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 
@@ -33,7 +35,6 @@ def cluster() -> None:
 )
 def up(nodes: int, cpus_per_node: int | None, gpus_per_node: int, network: str) -> None:
     """Install Slurm if needed and start a controller and one slurmd per node."""
-    import os
 
     from clustertrain import cluster as local
 

@@ -7,17 +7,18 @@ status 2. Heavy modules (submitit, torch) are imported only by the commands that
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
 import click
 
-from clustertrain import __version__
 from clustertrain.cli import runs as cli_runs
 from clustertrain.cli.cluster import cluster
 from clustertrain.cli.options import prepare_option, runs_dir_option, spec_fields, spec_options
 from clustertrain.errors import UserError
 from clustertrain.files import printable
+from clustertrain.version import __version__
 
 _EPILOG_SUBMIT = """\b
 Examples:
@@ -130,7 +131,6 @@ def run(
     """Run the job here, without Slurm, and follow it: nodes x processes ranks on this machine.
 
     The run folder is laid out as a Slurm job's, so status, logs and list work on it."""
-    import shlex
 
     from clustertrain import api
     from clustertrain.render import launcher_argv, prepare_text

@@ -3,6 +3,7 @@ and Slurm. Each command parses, calls the library, prints."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -92,7 +93,6 @@ def _lost_nodes(job: Job, state: JobState) -> list[str]:
 @runs_dir_option
 def plot(job: str, output: str | None, runs_dir: str | None) -> None:
     """Draw JOB's training curves and timeline (attempts, waits, goodput) as one PNG."""
-    from pathlib import Path
 
     from clustertrain.api import Job
 

@@ -14,6 +14,7 @@ the OCI bundle (:data:`BUNDLE_DIR`) that :func:`oci_config` describes.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
@@ -70,7 +71,6 @@ def missing_mount_points(spec: JobSpec, run_dir: str, workdir: str, image: str) 
     """The folders an OCI job mounts on that ``image`` (a root filesystem here) lacks. The
     image is mounted read-only, so runc cannot create them; under /tmp (a fresh tmpfs) it can.
     The one function here that reads files."""
-    import os
 
     wanted = [HOSTS, *(m.destination for m in mounts(spec, run_dir, workdir))]
     return [

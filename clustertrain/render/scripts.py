@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from clustertrain import __version__, protocol
+from clustertrain import protocol
 from clustertrain.errors import UserError
 from clustertrain.render import container
 from clustertrain.render.templates import render_template
 from clustertrain.spec import JobSpec, sbatch, sweep
+from clustertrain.version import __version__
 
 BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
 

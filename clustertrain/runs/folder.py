@@ -112,7 +112,7 @@ class Run:
 def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Path:
     """Create the run folder with what is about to be submitted (and the output of its prepare
     commands). Fails if it exists."""
-    import yaml
+    import yaml  # lazy: start-up time (a dry run writes no folder)
 
     path = Path(job.run_dir)
     try:

@@ -8,6 +8,7 @@ module only defines them.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
@@ -213,7 +214,6 @@ def commands(name: str, value: Any) -> tuple[tuple[str, ...], ...]:
 
 def split_words(command: str) -> list[str]:
     """A --prepare value as words, split as a shell would split it; nothing runs it in one."""
-    import shlex
 
     try:
         return shlex.split(command)

@@ -26,7 +26,7 @@ class Plain(str):
 
 
 def _loader() -> type:
-    import yaml
+    import yaml  # lazy: start-up time; a dry run without a job file never reads YAML
 
     class Loader(yaml.SafeLoader):
         """SafeLoader with YAML 1.2-like plain scalars and no duplicate keys."""
@@ -122,7 +122,7 @@ def load(path: str) -> Any:
 
 
 def parse(data: bytes, path: str = "<job file>") -> Any:
-    import yaml
+    import yaml  # lazy: start-up time, as above
 
     try:
         text = data.decode("utf-8")

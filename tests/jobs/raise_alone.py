@@ -1,4 +1,5 @@
 """Rank FAIL_RANK raises right after the rendezvous; the others wait outside any collective."""
+
 import os
 import time
 
