@@ -65,6 +65,13 @@ CASES = {
         "container_mounts": ["/datasets:/data:ro"],
         "container_env": {"PATH": "/opt/conda/bin:/usr/bin:/bin"},
     },
+    "mnist-job-file": {  # what jobs/mnist.yaml adds: a prepare step and offline switches
+        "nodes": 2,
+        "gpus_per_node": 2,
+        "prepare": [["python", "-m", "jobs.mnist.data"]],
+        "offline": True,
+        "env": {"WANDB_MODE": "disabled"},
+    },
     "sweep-2x1": {
         "nodes": 2,
         "sweep": {"lr": ["0.1", "0.2"], "seed": ["1", "2"], "note": ["it's"]},
