@@ -5,8 +5,8 @@ side by side with TorchX's dry run of the same allocation.
 
 The runs alternate (ours, TorchX's, ours, ...) so that a drifting machine hurts both alike, and
 each ratio is taken pair by pair. TorchX is installed from PyPI into its own virtual environment
-(bench/.torchx-venv, ignored by git) the first time. Rows: our dry run as users install it
-(``pip install .``, into bench/.installed-venv) with its templates compiled already (every run
+(in ~/.cache/clustertrain/bench) the first time. Rows: our dry run as users install it
+(``pip install .``, into ~/.cache/clustertrain/bench) with its templates compiled already (every run
 after the first); the same from this checkout's editable install (./scripts/setup's, whose import
 hook costs about 10 ms at every start); with an empty template cache (the first run after an
 install); TorchX's `torchx run --dryrun -s slurm dist.ddp -j 4x8`; and a bare interpreter.
@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TORCHX_VENV = ROOT / "bench" / ".torchx-venv"
-INSTALLED_VENV = ROOT / "bench" / ".installed-venv"
+# Outside the checkout, so that no tool reading it walks them.
+VENVS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "clustertrain", "bench")
+TORCHX_VENV = VENVS / "torchx-venv"
+INSTALLED_VENV = VENVS / "installed-venv"
 GOAL_RATIO = 4.0
 OURS = [sys.executable, "-m", "clustertrain", "submit", "--nodes", "4", "--gpus-per-node", "8"]
 
@@ -45,15 +47,16 @@ def torchx() -> list[str]:
             str(script)]  # fmt: skip
 
 
-def installed() -> list[str]:
+def install() -> list[str]:
     """clustertrain as users install it (``pip install .``, no editable import hook), in its
-    own environment; it runs from an empty folder so that this checkout is not imported."""
-    exe = INSTALLED_VENV / "bin" / "clustertrain"
-    if not exe.exists():
+    own environment, afresh from this checkout; it runs from an empty folder so that the
+    checkout itself is not imported."""
+    pip = [str(INSTALLED_VENV / "bin" / "pip"), "install", "-q"]
+    if not (INSTALLED_VENV / "bin" / "pip").exists():
         subprocess.run([sys.executable, "-m", "venv", str(INSTALLED_VENV)], check=True)
-        pip = [str(INSTALLED_VENV / "bin" / "pip"), "install", "-q", str(ROOT)]
-        subprocess.run(pip, check=True)
-    return [str(exe), *OURS[3:]]
+        subprocess.run([*pip, str(ROOT)], check=True)
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(ROOT)], check=True)
+    return [str(INSTALLED_VENV / "bin" / "clustertrain"), *OURS[3:]]
 
 
 def seconds(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> float:
@@ -69,9 +72,10 @@ def cold_env() -> dict[str, str]:
 
 def measure(runs: int) -> dict[str, list[float]]:
     elsewhere = Path(tempfile.mkdtemp(prefix="clustertrain-bench-"))
+    installed = install()
     commands = {
         "clustertrain dry run, installed (templates compiled)": lambda: seconds(
-            [*installed(), "--dry-run"], cwd=elsewhere
+            [*installed, "--dry-run"], cwd=elsewhere
         ),
         "clustertrain dry run, editable dev install": lambda: seconds([*OURS, "--dry-run"]),
         "clustertrain dry run (empty template cache)": lambda: seconds(

@@ -41,6 +41,10 @@ ENV_RDZV_TIMEOUT_S = "CLUSTERTRAIN_RDZV_TIMEOUT_S"
 EVENTS_FILE = "events.jsonl"
 ENV_EVENTS_FILE = "CLUSTERTRAIN_EVENTS_FILE"
 
+# A node's NVIDIA GPUs, as a shell glob: without one, an accelerate job trains on CPU across the
+# whole world (the launch script checks with compgen, a local run with glob).
+NVIDIA_DEVICES = "/dev/nvidia[0-9]*"
+
 # The launch script sets these on each node to the interface of its route to the head node
 # (``python -m clustertrain.netif``), unless the job sets them (socket_ifname).
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")

@@ -10,6 +10,7 @@ follows its logs. The supervisor starts one launcher with ``--standalone`` rende
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -54,7 +55,7 @@ def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str,
     # The ranks share this machine's CPUs, as a node's share its task's (launch.sh.j2).
     cpus = len(os.sched_getaffinity(0))
     env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // spec.world_size)))
-    no_gpu = not any(p.name[len("nvidia") :].isdigit() for p in Path("/dev").glob("nvidia*"))
+    no_gpu = not glob.glob(protocol.NVIDIA_DEVICES)
     if spec.launcher == "accelerate" and no_gpu:
         env.setdefault("ACCELERATE_USE_CPU", "1")  # as launch.sh.j2: train across the world
     return env

@@ -1,19 +1,14 @@
 """The pure core: a :class:`~clustertrain.spec.JobSpec` becomes the exact scripts Slurm runs.
 
-``scripts`` renders the batch and launch scripts, ``container`` a container runtime's part of
-them, ``templates`` the Jinja2 templates (this package's ``templates/`` folder). No I/O.
+``scripts`` renders the batch and launch scripts from ``commands`` (what srun and the launchers
+run) and ``environment`` (what the ranks are given), ``container`` a container runtime's part of
+them, ``templates`` the Jinja2 templates (this package's ``templates/`` folder, compiled once
+and run on ``jinja_runtime``). No I/O but the template cache.
 """
 
-from clustertrain.render.scripts import (
-    OFFLINE_ENV,
-    Expand,
-    RenderedJob,
-    launcher_argv,
-    prepare_text,
-    rank_environment,
-    render,
-    venv_environment,
-)
+from clustertrain.render.commands import Expand, launcher_argv
+from clustertrain.render.environment import OFFLINE_ENV, rank_environment, venv_environment
+from clustertrain.render.scripts import RenderedJob, prepare_text, render
 
 __all__ = [
     "OFFLINE_ENV",

@@ -6,9 +6,7 @@ object to the run folder and hands its batch script to sbatch, so the two cannot
 
 from __future__ import annotations
 
-import re
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -16,29 +14,13 @@ from typing import Any
 from clustertrain import protocol
 from clustertrain.errors import UserError
 from clustertrain.render import container
+from clustertrain.render.commands import Expand, launcher_argv, shell_word, srun_argv
+from clustertrain.render.environment import OFFLINE_ENV, rank_environment
 from clustertrain.render.templates import render_template
 from clustertrain.spec import JobSpec, sbatch, sweep
 from clustertrain.version import __version__
 
 BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
-
-
-class Expand(str):
-    """A word the shell must expand on the node at run time, e.g. ``$HEAD_NODE:$RDZV_PORT``.
-
-    Rendered inside double quotes, so it may hold variable references and plain text only.
-    """
-
-    _SAFE = re.compile(r'(?:\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}|[^$`"\\\n])*')
-
-    def __new__(cls, text: str) -> Expand:
-        if not cls._SAFE.fullmatch(text):
-            raise ValueError(f"not a plain variable expansion: {text!r}")
-        return super().__new__(cls, text)
-
-
-def shell_word(word: str) -> str:
-    return f'"{word}"' if isinstance(word, Expand) else shlex.quote(word)
 
 
 @dataclass(frozen=True)
@@ -262,133 +244,3 @@ def _array(spec: JobSpec) -> str | None:
         return None
     count = len(sweep.tasks(spec.sweep))
     return f"0-{count - 1}" + (f"%{spec.max_parallel}" if spec.max_parallel else "")
-
-
-def rank_environment(
-    spec: JobSpec, run_dir: str, requeue: bool = True
-) -> tuple[tuple[str, str], ...]:
-    """What clustertrain gives every rank besides the venv and ``spec.env``: the batch script
-    exports these, and a local run (:mod:`clustertrain.backends.local`, ``requeue=False``) sets
-    them.
-
-    ``run_dir`` may be an :class:`Expand` (a sweep task's ``$TASK_DIR``); paths under it are too.
-    """
-
-    def under(name: str) -> str:
-        if isinstance(run_dir, Expand):
-            return Expand(f"{run_dir}/{name}")
-        return str(PurePosixPath(run_dir, name))
-
-    pairs = [
-        ("PYTHONUNBUFFERED", "1"),
-        (protocol.ENV_RUN_DIR, run_dir),
-        (protocol.ENV_OUT_DIR, under(protocol.OUT_DIR)),
-        (protocol.ENV_EVENTS_FILE, under(protocol.EVENTS_FILE)),
-    ]
-    if requeue:
-        pairs.append((protocol.ENV_REQUEUE_FILE, under(protocol.REQUEUE_FILE)))
-    pairs += [
-        (protocol.ENV_RDZV_TIMEOUT_S, str(spec.rdzv_timeout_s)),
-        # torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines.
-        (protocol.ENV_RANK_PREFIX, protocol.RANK_PREFIX_TEMPLATE),
-    ]
-    if spec.socket_ifname:
-        pairs += [(name, spec.socket_ifname) for name in protocol.SOCKET_IFNAME_VARS]
-    return tuple(pairs)
-
-
-# What ``offline: true`` exports, unless already set: the switches that keep Hugging Face's hub,
-# datasets and transformers and W&B from waiting on network timeouts on nodes without a route.
-OFFLINE_ENV = (
-    ("HF_HUB_OFFLINE", "1"),
-    ("HF_DATASETS_OFFLINE", "1"),
-    ("TRANSFORMERS_OFFLINE", "1"),
-    ("WANDB_MODE", "offline"),
-)
-
-
-def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``command`` once per node; ``--kill-on-bad-exit`` ends the step when any node fails;
-    ``options`` (a container's) go before the command.
-
-    ``--cpus-per-task`` again: srun of Slurm 22.05-23.02 does not inherit it from sbatch, and
-    where CPUs are bound the step would get one CPU for every rank of the node.
-    """
-    return (
-        "srun",
-        "--kill-on-bad-exit=1",
-        f"--nodes={spec.nodes}",
-        f"--ntasks={spec.nodes}",
-        "--ntasks-per-node=1",
-        f"--cpus-per-task={spec.cpus_per_task}",
-        *options,
-        *command,
-    )
-
-
-def launcher_argv(spec: JobSpec, standalone_port: int | None = None) -> tuple[str, ...]:
-    """The command each node runs: ``torchrun`` or ``accelerate launch`` with a c10d rendezvous;
-    with ``standalone_port``, the one command a local run starts for the whole world here."""
-    if standalone_port is not None:
-        return (*_standalone_launcher(spec, standalone_port), *spec.entrypoint, *spec.args)
-    if spec.launcher == "accelerate":
-        head: tuple[str, ...] = ("accelerate", "launch")
-        if spec.world_size > 1:
-            head += ("--multi_gpu",)
-        head += (
-            "--num_machines",
-            str(spec.nodes),
-            "--num_processes",
-            str(spec.world_size),
-            # Each node's rank must come from that node at run time: a number rendered here
-            # would give every node the same rank.
-            "--machine_rank",
-            Expand("$SLURM_NODEID"),
-            "--main_process_ip",
-            Expand("$HEAD_NODE"),
-            "--main_process_port",
-            Expand("$RDZV_PORT"),
-            "--rdzv_backend",
-            "c10d",
-            "--rdzv_conf",
-            Expand(f"join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
-            "--max_restarts",
-            str(spec.max_restarts),
-            "--tee",
-            "3",
-        )
-    else:
-        # The underscore spellings: torchrun before torch 2.0 knows no other, and container
-        # images carry old ones (Debian 12's python3-torch is 1.13).
-        head = (
-            "torchrun",
-            f"--nnodes={spec.nodes}",
-            f"--nproc_per_node={spec.nproc_per_node}",
-            "--rdzv_backend=c10d",
-            Expand("--rdzv_endpoint=$HEAD_NODE:$RDZV_PORT"),
-            Expand("--rdzv_id=$SLURM_JOB_ID"),
-            Expand(f"--rdzv_conf=join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
-            f"--max_restarts={spec.max_restarts}",
-            "--tee=3",
-        )
-    return (*head, *spec.entrypoint, *spec.args)
-
-
-def _standalone_launcher(spec: JobSpec, port: int) -> tuple[str, ...]:
-    world = spec.world_size
-    if spec.launcher == "accelerate":
-        head: tuple[str, ...] = ("accelerate", "launch")
-        head += ("--multi_gpu",) if world > 1 else ()
-        head += ("--num_machines", "1", "--num_processes", str(world))
-        return (*head, "--main_process_port", str(port), "--max_restarts", str(spec.max_restarts),
-                "--tee", "3")  # fmt: skip
-    return ("torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={world}",
-            f"--max_restarts={spec.max_restarts}", "--tee=3")  # fmt: skip
-
-
-def venv_environment(venv: str | None, base: Mapping[str, str]) -> dict[str, str]:
-    """``VIRTUAL_ENV`` and ``PATH`` as the batch script exports them for ``venv`` (nothing
-    without one), for what runs outside it: a local run's ranks, the prepare step."""
-    if not venv:
-        return {}
-    return {"VIRTUAL_ENV": venv, "PATH": f"{venv}/bin:{base.get('PATH', '')}"}
