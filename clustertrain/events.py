@@ -72,17 +72,26 @@ def _attempt() -> int:
 
 def read(path: Path) -> list[Event]:
     """The well-formed events of ``path`` in file order; anything else is left out."""
+    return scan(path)[0]
 
+
+def scan(path: Path, start: float = -math.inf, end: float = math.inf) -> tuple[list[Event], int]:
+    """The well-formed events of ``path`` whose time lies in [start, end], in file order, and
+    how many non-empty lines were left out: not an event, a value that is not a finite
+    number, or a time outside the window (one line of ``"time": 1e308`` would otherwise
+    stretch every timeline drawn from the file to 10^308 seconds)."""
     try:
         data = read_regular(path, MAX_BYTES, tail=True).decode("utf-8", "replace")
     except RunFolderError:
-        return []
-    found = []
+        return [], 0
+    found, dropped = [], 0
     for line in data.splitlines():
         event = _parse(line)
-        if event is not None:
+        if event is not None and start <= event.time <= end:
             found.append(event)
-    return found
+        elif line.strip():
+            dropped += 1
+    return found, dropped
 
 
 def _parse(line: str) -> Event | None:
@@ -95,7 +104,9 @@ def _parse(line: str) -> Event | None:
     when, attempt = raw.get("time"), raw.get("attempt", 0)
     if not _number(when) or not isinstance(attempt, int) or not 0 <= attempt < 10_000:
         return None
-    values = {k: raw[k] for k in _NUMBERS if _number(raw.get(k))}
+    if any(k in raw and not _number(raw[k]) for k in _NUMBERS):
+        return None
+    values = {k: raw[k] for k in _NUMBERS if k in raw}
     values |= {k: raw[k][:200] for k in _TEXTS if isinstance(raw.get(k), str)}
     return Event(float(raw["time"]), raw["event"], attempt, values)
 

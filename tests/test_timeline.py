@@ -6,6 +6,7 @@ write them (the end-to-end preemption test checks a real job's)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from clustertrain import events, runs
@@ -104,10 +105,33 @@ def test_malformed_events_are_left_out(tmp_path: Path) -> None:
         'not json\n{"event": "started"}\n{"time": "x", "event": "ended", "attempt": 0}\n'
         '{"time": 1, "event": "rm -rf", "attempt": 0}\n{"time": NaN, "event": "step"}\n'
         '{"time": 5, "event": "step", "attempt": 0, "loss": "big", "nodes": 7, "step": 3}\n'
+        '{"time": 6, "event": "step", "attempt": 0, "nodes": 7, "step": 4}\n'
     )
-    assert events.read(path) == [events.Event(5.0, "step", 0, {"step": 3})]
+    # A value that is not a finite number drops its event (issue 24): a picture drawn from
+    # half an event would be as wrong as one drawn from a bogus one.
+    assert events.read(path) == [events.Event(6.0, "step", 0, {"step": 4})]
     (tmp_path / "link.jsonl").symlink_to(path)
     assert events.read(tmp_path / "link.jsonl") == []
+
+
+def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_path: Path) -> None:
+    """One appended line of {"time": 1e308} made plot draw a 1e308-second axis and say 0 %
+    goodput: events outside the job's window, or with values that are not finite, are dropped."""
+    job = render(build_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
+    runs.write_run_files(job)
+    run = runs.record_submission(job, "9")
+    _write(run.events_path, PREEMPTED_ONCE[1:], t0=events.read(run.events_path)[0].time)
+    honest = timeline.goodput(timeline.attempts(run.events()))
+    with open(run.events_path, "a") as handle:
+        handle.write('{"time": 1e308, "event": "step", "attempt": 1, "step": 9}\n')
+        handle.write('{"time": 5, "event": "step", "attempt": 1, "step": 9}\n')
+        handle.write('{"time": %f, "event": "step", "attempt": 1, "loss": 1e999}\n' % time.time())
+    said: list[str] = []
+    assert timeline.goodput(timeline.attempts(run.events(said.append))) == honest
+    assert len(said) == 1 and "3 line(s) left out" in said[0]
+    assert max(e.time for e in events.read(run.events_path)) == 1e308  # the raw reader keeps it
+    done = run_cli("plot", "9", "-o", str(tmp_path / "job9.png"), "--runs-dir", str(tmp_path))
+    assert done.returncode == 0 and done.stderr.count("warning:") == 1, done.stderr
 
 
 def test_plot_draws_one_png_of_a_run(tmp_path: Path) -> None:

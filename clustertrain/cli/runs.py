@@ -39,10 +39,9 @@ def status(job: str, runs_dir: str | None) -> None:
         click.echo(f"  reason: {state.reason}")
     click.echo(f"  run folder: {run.path}")
     if not state.finished:
-        from clustertrain import events
         from clustertrain.runs import timeline
 
-        moving = timeline.progress(timeline.attempts(events.read(run.events_path)))
+        moving = timeline.progress(timeline.attempts(run.events(_warn)))
         if moving is not None:
             click.echo(f"  {moving.line()}")
     final = run.final_metrics()
@@ -65,7 +64,7 @@ def _sweep_status(job: Job, state: JobState) -> None:
     run = job.run
     click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
     click.echo(f"  run folder: {run.path}")
-    for row in sorted(results.rows(run, state), key=lambda r: r.task):
+    for row in sorted(results.rows(run, state, _warn), key=lambda r: r.task):
         acc = f", test accuracy {100 * row.test_acc:.2f} %" if row.test_acc is not None else ""
         params = printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
         click.echo(f"  task {row.task} ({params}): {row.state}{acc}")
@@ -104,7 +103,7 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
     out = Path(output) if output else run.path / "plot.png"
     if out.suffix.lower() != ".png":
         raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
-    click.echo(f"wrote {drawing.draw(run, out)}")
+    click.echo(f"wrote {drawing.draw(run, out, _warn)}")
 
 
 @click.command(
@@ -123,5 +122,9 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
     attached = Job.attach(job, runs_dir)
     if not runs.tasks(attached.run):
         raise UserError(f"JOB: {attached.job_id} is not a sweep; see `clustertrain status`")
-    found = table.rows(attached.run, attached.job_state())
+    found = table.rows(attached.run, attached.job_state(), _warn)
     click.echo(table.as_json(found) if as_json else table.text(found))
+
+
+def _warn(message: str) -> None:
+    click.echo(f"clustertrain: warning: {printable(message)}", err=True)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -81,6 +83,22 @@ class Run:
     @property
     def events_path(self) -> Path:
         return self.path / protocol.EVENTS_FILE
+
+    def events(self, warn: Callable[[str], None] | None = None) -> list[events.Event]:
+        """The job's events within its own time window: from a minute before it was submitted
+        to a minute from now. What is left out (a line that is no event, a value that is not
+        finite, a time outside the window) is said once through ``warn``."""
+        try:
+            submitted = datetime.fromisoformat(self.submitted_at).timestamp()
+        except ValueError:
+            submitted = -math.inf
+        found, dropped = events.scan(self.events_path, submitted - 60, time.time() + 60)
+        if dropped and warn is not None:
+            warn(
+                f"{self.events_path}: {dropped} line(s) left out: not an event, a value that is "
+                "not a finite number, or a time outside the job's own"
+            )
+        return found
 
     def metrics(self, tail: int | None = None) -> list[dict[str, Any]]:
         """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``); of its

@@ -9,6 +9,7 @@ goodput (:mod:`clustertrain.runs.timeline`). matplotlib is imported here only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from clustertrain.files import printable
 from clustertrain.runs import Run, tasks, timeline
 from clustertrain.spec import sweep
 
+Warn = Callable[[str], None] | None
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {
     "queued": "#d9d9d9",
@@ -28,8 +30,9 @@ PHASE_COLOURS = {
 }
 
 
-def draw(run: Run, out: Path) -> Path:
-    """Write the picture of ``run`` (a job, or a sweep: every task) to ``out`` (PNG)."""
+def draw(run: Run, out: Path, warn: Warn = None) -> Path:
+    """Write the picture of ``run`` (a job, or a sweep: every task) to ``out`` (PNG); ``warn``
+    hears of event lines left out (:meth:`clustertrain.runs.Run.events`)."""
     matplotlib.use("Agg")  # no screen needed
     import matplotlib.pyplot as plt  # lazy: start-up time (0.3 s), only plot needs it
 
@@ -41,7 +44,8 @@ def draw(run: Run, out: Path) -> Path:
         ("test_acc", "step"): fig.add_subplot(grid[1, 0]),
         ("test_acc", "time"): fig.add_subplot(grid[1, 1]),
     }
-    title = _sweep(fig, grid, axes, run) if tasks(run) else _job(fig, grid, axes, run)
+    draw_run = _sweep if tasks(run) else _job
+    title = draw_run(fig, grid, axes, run, warn)
     for (metric, x), ax in axes.items():
         ax.set_xlabel("global step" if x == "step" else "wall time since queued (s)")
         ax.set_ylabel("train loss" if metric == "loss" else "test accuracy (%)")
@@ -54,8 +58,8 @@ def draw(run: Run, out: Path) -> Path:
     return out
 
 
-def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> str:
-    found = events.read(run.events_path)
+def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: Warn) -> str:
+    found = run.events(warn)
     runs = timeline.attempts(found)
     origin = min((e.time for e in found), default=0.0)
     for attempt in runs:
@@ -70,11 +74,11 @@ def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> str
     )
 
 
-def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run) -> str:
+def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: Warn) -> str:
     """Every task's curves, labelled with its parameters; a lane per task."""
     table = sweep.read_table(run.path)
     views = tasks(run)
-    found = {view.job_id: events.read(view.events_path) for view in views}
+    found = {view.job_id: view.events(warn) for view in views}
     origin = min((e.time for seen in found.values() for e in seen), default=0.0)
     lanes = fig.add_subplot(grid[2, :])
     every: list[timeline.Attempt] = []

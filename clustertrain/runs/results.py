@@ -7,9 +7,9 @@ array's state in Slurm; a task Slurm no longer remembers keeps what its folder s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from clustertrain import events
 from clustertrain.files import printable
 from clustertrain.jobstate import JobState
 from clustertrain.runs import Run, task, timeline
@@ -26,7 +26,7 @@ class Row:
     restarts: int
 
 
-def rows(run: Run, state: JobState) -> list[Row]:
+def rows(run: Run, state: JobState, warn: Callable[[str], None] | None = None) -> list[Row]:
     """The tasks of ``run``, sorted by final accuracy (best first; unfinished last)."""
     table = sweep.read_table(run.path)
     states = dict(state.tasks)
@@ -34,7 +34,7 @@ def rows(run: Run, state: JobState) -> list[Row]:
     for number in sorted(table):
         view = task(run, number)
         final = view.final_metrics() or {}
-        attempts = timeline.attempts(events.read(view.events_path))
+        attempts = timeline.attempts(view.events(warn))
         found.append(
             Row(
                 task=number,
