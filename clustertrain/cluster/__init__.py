@@ -20,8 +20,10 @@ from __future__ import annotations
 from .config import (
     hosts_with_block,
     hosts_without_block,
+    render_dns_conf,
     render_gres_conf,
     render_node_hosts,
+    render_node_resolv,
     render_slurm_conf,
 )
 from .layout import Layout, default_state_dir
@@ -36,8 +38,10 @@ __all__ = [
     "hosts_with_block",
     "hosts_without_block",
     "local_slurm_conf",
+    "render_dns_conf",
     "render_gres_conf",
     "render_node_hosts",
+    "render_node_resolv",
     "render_slurm_conf",
     "status",
     "up",
