@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from clustertrain import cluster
+from clustertrain.cluster import daemons
+from clustertrain.cluster.netns import Names
 from clustertrain.errors import UserError
 
 
@@ -63,6 +65,69 @@ def test_namespace_nodes_have_own_addresses_and_hosts_files(tmp_path: Path) -> N
     assert "10.99.5.1 login" in hosts and "10.99.5.4 node3" in hosts
     # Debian's "127.0.1.1 <hostname>" line is what breaks rendezvous: a node's view has none.
     assert not [line for line in hosts if line.startswith("127.0.1.1")]
+
+
+def test_the_name_server_answers_the_cluster_on_the_bridge_only(tmp_path: Path) -> None:
+    layout = cluster.Layout(nodes=3, subnet="10.99.0.0/20", state_dir=tmp_path)
+    text = cluster.render_dns_conf(layout, "login")
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    for setting in [
+        "listen-address=10.99.0.1",  # the bridge (controller) address, and no other
+        "bind-interfaces",
+        "port=53",
+        "no-resolv",
+        "no-hosts",
+        "rev-server=10.99.0.0/20",  # no server after it: the reverse zone is answered here
+        f"pid-file={tmp_path}/run/dnsmasq.pid",
+    ]:
+        assert setting in lines
+    # Nothing forwarded, no interface but the bridge address's: the nodes still reach nothing
+    # beyond their subnet, and nothing else on this machine is served.
+    assert not [line for line in lines if line.split("=")[0] in ("server", "interface")]
+    assert conf_lines(text, "listen-address=") == ["listen-address=10.99.0.1"]
+    # The same names as the nodes' hosts files, each one way and back.
+    records = [line.split("=", 1)[1] for line in conf_lines(text, "host-record=")]
+    hosts = cluster.render_node_hosts(layout, "login").splitlines()
+    named = [line.split() for line in hosts[hosts.index(cluster.config.HOSTS_BEGIN) + 1 : -1]]
+    assert records == ["localhost,127.0.0.1,::1"] + [f"{name},{addr}" for addr, name in named]
+    assert cluster.render_node_resolv(layout).splitlines()[1:] == ["nameserver 10.99.0.1"]
+
+
+def test_dnsmasq_accepts_the_rendered_config(tmp_path: Path) -> None:
+    dnsmasq = daemons.which("dnsmasq")
+    if dnsmasq is None:
+        pytest.skip("dnsmasq is not installed (clustertrain cluster up installs it)")
+    conf = tmp_path / "dnsmasq.conf"
+    conf.write_text(cluster.render_dns_conf(cluster.Layout(state_dir=tmp_path), "login"))
+    done = subprocess.run(
+        [dnsmasq, "--test", f"--conf-file={conf}"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and "syntax check OK" in done.stderr, done.stderr
+
+
+def test_namespace_nodes_get_the_name_server_and_loopback_nodes_the_hosts(tmp_path: Path) -> None:
+    layout = cluster.Layout(nodes=2, state_dir=tmp_path)
+    names = Names("0123456789abcdef", layout.node_names)
+    started = dict(daemons.commands(layout, names))
+    assert list(started) == ["munged", "slurmctld", "dnsmasq", "slurmd-node1", "slurmd-node2"]
+    assert f"--conf-file={tmp_path}/dnsmasq.conf" in started["dnsmasq"]
+    slurmd = started["slurmd-node2"]
+    script = slurmd[slurmd.index("-c") + 1]
+    assert 'mount --bind "$2" /etc/resolv.conf' in script
+    assert slurmd[slurmd.index("-c") + 2 : slurmd.index("-c") + 5] == [
+        "node2",
+        f"{tmp_path}/hosts/node2",
+        f"{tmp_path}/resolv.conf",
+    ]
+    assert slurmd[-6:] == [slurmd[-6], "-D", "-N", "node2", "-f", f"{tmp_path}/slurm.conf"]
+    # On 127.0.0.1 every node is this host: its own resolver answers, as for any process here.
+    loopback = cluster.Layout(nodes=2, network="loopback", state_dir=tmp_path)
+    assert [name for name, _ in daemons.commands(loopback, names)] == [
+        "munged",
+        "slurmctld",
+        "slurmd-node1",
+        "slurmd-node2",
+    ]
 
 
 @pytest.mark.parametrize(

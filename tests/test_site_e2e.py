@@ -34,18 +34,18 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
 
 
-def _ranks(env: dict[str, str], *flags: str) -> tuple[list[dict], str]:
-    job_id, _ = submit(env, "--launcher", "torchrun", "--script", SCRIPT, *flags)
+def _ranks(env: dict[str, str], *flags: str) -> tuple[list[dict], str, Path]:
+    job_id, run_dir = submit(env, "--launcher", "torchrun", "--script", SCRIPT, *flags)
     done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     seen = [json.loads(m) for m in re.findall(r"where-am-i (\{.*\})", done.stdout)]
-    return sorted(seen, key=lambda r: r["rank"]), done.stdout
+    return sorted(seen, key=lambda r: r["rank"]), done.stdout, run_dir
 
 
 def test_each_node_is_its_own_host_and_ranks_talk_over_the_bridge(
     layout: local.Layout, env: dict[str, str]
 ) -> None:
-    ranks, out = _ranks(env, "--nodes", "3", "--gpus-per-node", "0", "--cpus-per-task", "1")
+    ranks, out, _ = _ranks(env, "--nodes", "3", "--gpus-per-node", "0", "--cpus-per-task", "1")
     assert [r["sum"] for r in ranks] == [3, 3, 3], out[-3000:]
     addresses = layout.node_addresses
     assert [r["hostname"] for r in ranks] == [r["slurm_node"] for r in ranks]
@@ -63,12 +63,41 @@ def test_each_node_is_its_own_host_and_ranks_talk_over_the_bridge(
     assert "interface to it: " in out and "=eth0" in out
 
 
+def test_a_node_names_its_peers_and_no_launcher_or_rank_warns_it_cannot(
+    layout: local.Layout, env: dict[str, str]
+) -> None:
+    """The TCPStore server asks the name of every client's address (``::ffff:10.77.0.x``); a
+    node that cannot answer prints "The hostname of the client socket cannot be retrieved"
+    from every launcher and rank, as it does where the host's name server is out of reach."""
+    ranks, out, run_dir = _ranks(
+        env, "--nodes", "2", "--gpus-per-node", "0", "--cpus-per-task", "1"
+    )
+    assert len(ranks) == 2, out[-3000:]
+    logs = [path for path in (run_dir / "logs").rglob("*") if path.is_file()]
+    assert any(path.name == "node1.err" for path in logs), logs
+    warned = [
+        f"{path}: {line}"
+        for path in logs
+        for line in path.read_text(errors="replace").splitlines()
+        if "hostname of the client socket cannot be retrieved" in line
+    ]
+    assert not warned, "\n".join(warned)
+    # Each node names its peer's address, and that name still resolves to the bridge address
+    # alone (the hosts file's answer: forward lookups are as they were).
+    name_of = {address: node for node, address in layout.node_addresses.items()}
+    for rank in ranks:
+        assert rank["peer_names"] and set(rank["peer_names"]) == set(rank["peers"]), rank
+        assert rank["peer_names"] == {
+            address: {"name": name_of[address], "addresses": [address]} for address in rank["peers"]
+        }, rank
+
+
 @pytest.mark.parametrize(("cpus", "procs", "threads"), [(1, 1, 1), (2, 1, 2), (2, 2, 1)])
 def test_a_rank_gets_the_cpus_its_step_was_granted(
     layout: local.Layout, env: dict[str, str], cpus: int, procs: int, threads: int
 ) -> None:
     flags = ["--nodes", "2", "--gpus-per-node", "0", "--procs-per-node", str(procs)]
-    ranks, out = _ranks(env, *flags, "--cpus-per-task", str(cpus))
+    ranks, out, _ = _ranks(env, *flags, "--cpus-per-task", str(cpus))
     assert len(ranks) == 2 * procs, out[-3000:]
     assert {len(r["cpus"]) for r in ranks} == {cpus}, ranks
     assert {r["threads"] for r in ranks} == {threads}, ranks

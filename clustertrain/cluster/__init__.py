@@ -2,13 +2,16 @@
 
 Every node is a ``slurmd -N nodeK``, by default in network and UTS namespaces of its own on a
 private bridge (``--layout loopback``: on 127.0.0.1 with its own port); one ``slurmctld`` and a
-private ``munged`` (own key, socket and pid file in the state dir) serve them; no systemd.
+private ``munged`` (own key, socket and pid file in the state dir) serve them, and on the bridge
+a ``dnsmasq`` answers the nodes' name lookups (reverse ones too, as a site's DNS does); no
+systemd.
 Facts this builds on: ``shared/notes/slurm-on-one-host.md``.
 
   layout.py     the cluster's shape, its addresses, and where its files live
-  config.py     slurm.conf, gres.conf and the hosts files, rendered as text
+  config.py     slurm.conf, gres.conf, the hosts files, dnsmasq.conf and the nodes'
+                resolv.conf, rendered as text
   netns.py      the nodes' namespaces, bridge and links: made, entered, removed
-  daemons.py    the daemons, started and stopped by PID and start time
+  daemons.py    the daemons' command lines; started and stopped by PID and start time
   lifecycle.py  up, down and status; Slurm is asked through clustertrain.backends.slurm
 """
 
@@ -17,8 +20,10 @@ from __future__ import annotations
 from .config import (
     hosts_with_block,
     hosts_without_block,
+    render_dns_conf,
     render_gres_conf,
     render_node_hosts,
+    render_node_resolv,
     render_slurm_conf,
 )
 from .layout import Layout, default_state_dir
@@ -33,8 +38,10 @@ __all__ = [
     "hosts_with_block",
     "hosts_without_block",
     "local_slurm_conf",
+    "render_dns_conf",
     "render_gres_conf",
     "render_node_hosts",
+    "render_node_resolv",
     "render_slurm_conf",
     "status",
     "up",

@@ -1,4 +1,5 @@
-"""The local cluster's daemons, supervised by PID and process start time, never by name.
+"""The local cluster's daemons: their command lines, and their supervision by PID and process
+start time, never by name.
 
 ``up`` records every PID it starts (with the start time, so a reused PID is never signalled)
 in ``state.json``; ``down`` stops exactly those, and the job steps their slurmd left.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -16,9 +18,55 @@ from pathlib import Path
 
 from clustertrain.procs import proc_stat
 
-from .layout import Layout, record_path
+from . import netns
+from .layout import Layout, conf_path, dns_conf, hosts_file, munge_socket, record_path, resolv_file
 
 CLUSTER_ID_VAR = "CLUSTERTRAIN_CLUSTER_ID"
+
+
+def which(program: str) -> str | None:
+    """``program``'s path, looked up in the sbin folders too (daemons live there)."""
+    return shutil.which(program, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+
+def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
+    """(name, argv) of every daemon, in the order they start; each stays in the foreground.
+
+    munged first: the others authenticate through it. The namespace network's name server
+    (dnsmasq) binds the bridge address, so it starts after the bridge exists.
+    """
+    d = layout.state_dir
+    munge = d / "munge"
+    conf = str(conf_path(d))
+    # munged -f: without it munged refuses a group-writable folder above its files
+    # ("PRNG seed dir is insecure"), e.g. a state dir in a CI workspace.
+    munged = [
+        which("munged") or "munged",
+        "-F",
+        "-f",
+        f"--socket={munge_socket(d)}",
+        f"--key-file={munge / 'munge.key'}",
+        f"--pid-file={munge / 'munged.pid'}",
+        f"--seed-file={munge / 'seed'}",
+        f"--log-file={d / 'log' / 'munged.log'}",
+    ]
+    found = [
+        ("munged", munged),
+        ("slurmctld", [which("slurmctld") or "slurmctld", "-D", "-f", conf]),
+    ]
+    if layout.network == "namespaces":
+        dnsmasq = [
+            which("dnsmasq") or "dnsmasq",
+            "--keep-in-foreground",
+            f"--conf-file={dns_conf(d)}",
+        ]
+        found.append(("dnsmasq", dnsmasq))
+    for node in layout.node_names:
+        argv = [which("slurmd") or "slurmd", "-D", "-N", node, "-f", conf]
+        if layout.network == "namespaces":
+            argv = netns.enter(names, node, hosts_file(d, node), resolv_file(d), argv)
+        found.append((f"slurmd-{node}", argv))
+    return found
 
 
 def alive(proc: dict) -> bool:
@@ -102,7 +150,7 @@ def record_layout(record: dict) -> Layout:
 def healthy(record: dict) -> bool:
     """Every daemon runs and no node was failed on purpose (``cluster fail``)."""
     procs = record["processes"]
-    complete = len(procs) == record["layout"]["nodes"] + 2
+    complete = [p["name"] for p in procs] == record.get("daemons")
     return complete and not record.get("failed") and all(alive(p) for p in procs)
 
 

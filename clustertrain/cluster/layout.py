@@ -115,5 +115,15 @@ def hosts_file(state_dir: Path, node: str) -> Path:
     return state_dir / "hosts" / node
 
 
+def dns_conf(state_dir: Path) -> Path:
+    """dnsmasq's configuration: the cluster's names, served on the bridge (namespace network)."""
+    return state_dir / "dnsmasq.conf"
+
+
+def resolv_file(state_dir: Path) -> Path:
+    """The file every node sees as /etc/resolv.conf (namespace network only)."""
+    return state_dir / "resolv.conf"
+
+
 def gpu_files(layout: Layout, node: str) -> list[Path]:
     return [layout.state_dir / "gpu" / node / f"gpu{i}" for i in range(layout.gpus_per_node)]

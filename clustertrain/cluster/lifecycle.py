@@ -21,8 +21,10 @@ from .config import (
     hosts_lines,
     hosts_with_block,
     hosts_without_block,
+    render_dns_conf,
     render_gres_conf,
     render_node_hosts,
+    render_node_resolv,
     render_oci_conf,
     render_slurm_conf,
 )
@@ -30,13 +32,17 @@ from .layout import (
     Layout,
     conf_path,
     default_state_dir,
+    dns_conf,
     gpu_files,
     hosts_file,
     munge_socket,
     record_path,
+    resolv_file,
 )
 
 HOSTS_FILE = Path("/etc/hosts")
+# Each node's resolv.conf is bound over this file in its mount namespace; it must exist.
+RESOLV_FILE = Path("/etc/resolv.conf")
 UP_TIMEOUT_S = 60.0
 
 
@@ -54,14 +60,11 @@ def local_slurm_conf() -> Path | None:
     return conf_path(layout.state_dir) if layout else None
 
 
-def _which(program: str) -> str | None:
-    return shutil.which(program, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-
-
 def _ensure_packages() -> None:
-    if all(_which(p) for p in ("munged", "slurmctld", "slurmd", "sinfo", "runc")):
+    programs = ("munged", "slurmctld", "slurmd", "sinfo", "runc", "dnsmasq")
+    if all(daemons.which(p) for p in programs):
         return
-    if not _which("apt-get"):
+    if not daemons.which("apt-get"):
         raise UserError(
             "Slurm or munge is missing and this is not Debian/Ubuntu (no apt-get): "
             "install slurm-wlm and munge with your package manager, then run up again"
@@ -74,7 +77,9 @@ def _ensure_packages() -> None:
         policy.chmod(0o755)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     # runc: srun --container (oci.conf) runs a job's step in an OCI bundle with it.
-    packages = ["slurm-wlm", "munge", "runc"]
+    # dnsmasq-base: the namespace network's name server, without the package that would make
+    # it the system's (its service and /etc/dnsmasq.conf).
+    packages = ["slurm-wlm", "munge", "runc", "dnsmasq-base"]
     install = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
     try:
         if subprocess.run(install, env=env, capture_output=True).returncode != 0:
@@ -97,11 +102,16 @@ def _check_machine(layout: Layout) -> None:
             f"has; Slurm binds each step to real CPUs: use --cpus-per-node {cpus} or fewer"
         )
     if layout.network == "namespaces":
-        missing = [p for p in ("ip", "nsenter", "unshare", "mount") if not _which(p)]
+        missing = [p for p in ("ip", "nsenter", "unshare", "mount") if not daemons.which(p)]
         if missing:
             raise UserError(
                 f"layout: namespaces need {', '.join(missing)} (iproute2, util-linux): install "
                 "them, or use `clustertrain cluster up --layout loopback`"
+            )
+        if not RESOLV_FILE.exists():
+            raise UserError(
+                f"layout: namespaces bind each node's resolver over {RESOLV_FILE}, which this "
+                "machine lacks: create it (empty will do), or use `--layout loopback`"
             )
         netns.check_subnet_free(layout)
     _check_ports(layout)
@@ -148,6 +158,8 @@ def _prepare(layout: Layout, controller: str) -> None:
         (d / "hosts").mkdir(exist_ok=True)
         for node in layout.node_names:
             hosts_file(d, node).write_text(render_node_hosts(layout, controller))
+        resolv_file(d).write_text(render_node_resolv(layout))
+        dns_conf(d).write_text(render_dns_conf(layout, controller))
 
 
 def _wait_until_idle(layout: Layout, record: dict) -> None:
@@ -203,36 +215,14 @@ def up(layout: Layout) -> str:
         # Loopback nodes share this host's /etc/hosts; namespace nodes each have their own.
         "hosts_block": layout.network == "loopback",
     }
+    names = _names(record)
+    to_start = daemons.commands(layout, names)
+    record["daemons"] = [name for name, _ in to_start]
     # Recorded before each change, so that down can undo a start-up cut short at any point.
     daemons.write_record(d, record)
     if record["hosts_block"]:
         HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), hosts_lines(layout)))
     env = {**os.environ, "SLURM_CONF": str(conf_path(d)), daemons.CLUSTER_ID_VAR: record["id"]}
-    munge = d / "munge"
-    # munged -f: without it munged refuses a group-writable folder above its files
-    # ("PRNG seed dir is insecure"), e.g. a state dir in a CI workspace.
-    to_start = [
-        (
-            "munged",
-            [
-                _which("munged") or "munged",
-                "-F",
-                "-f",
-                f"--socket={munge_socket(d)}",
-                f"--key-file={munge / 'munge.key'}",
-                f"--pid-file={munge / 'munged.pid'}",
-                f"--seed-file={munge / 'seed'}",
-                f"--log-file={d / 'log' / 'munged.log'}",
-            ],
-        ),
-        ("slurmctld", [_which("slurmctld") or "slurmctld", "-D", "-f", str(conf_path(d))]),
-    ]
-    names = _names(record)
-    for node in layout.node_names:
-        argv = [_which("slurmd") or "slurmd", "-D", "-N", node, "-f", str(conf_path(d))]
-        if layout.network == "namespaces":
-            argv = netns.enter(names, node, hosts_file(d, node), argv)
-        to_start.append((f"slurmd-{node}", argv))
     try:
         if layout.network == "namespaces":
             netns.create(layout, names)
@@ -311,6 +301,8 @@ def down(state_dir: Path) -> None:
     # cluster is up.
     conf_path(state_dir).unlink(missing_ok=True)
     (state_dir / "oci.conf").unlink(missing_ok=True)
+    dns_conf(state_dir).unlink(missing_ok=True)
+    resolv_file(state_dir).unlink(missing_ok=True)
     record_path(state_dir).unlink()
 
 

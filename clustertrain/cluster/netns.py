@@ -2,10 +2,11 @@
 
 Each node K gets a network namespace with ``lo`` and ``eth0`` (one end of a veth pair whose
 other end joins the cluster's bridge), the address ``Layout.node_addresses[K]``, and, through
-the mount and UTS namespaces its slurmd starts in, its own hostname and hosts file. The bridge
-carries the controller's address in the host's namespace, so slurmctld and the Slurm commands
-stay where the user is. The namespaces have no route beyond the subnet: nothing in them can
-send traffic to any other address.
+the mount and UTS namespaces its slurmd starts in, its own hostname, hosts file and
+resolv.conf. The bridge carries the controller's address in the host's namespace, so
+slurmctld, the cluster's name server and the Slurm commands stay where the user is. The
+namespaces have no route beyond the subnet: nothing in them can send traffic to any other
+address.
 
 Names derive from the cluster's id (``Names``), so ``down`` finds everything ``up`` made, even
 after a crash; removing what is not there is not an error.
@@ -126,14 +127,18 @@ def fail(names: Names, node: str, cut_link: bool) -> list[int]:
     return pids
 
 
-def enter(names: Names, node: str, hosts: Path, argv: list[str]) -> list[str]:
-    """``argv`` run as host ``node``: in its network namespace, with its hostname and hosts file.
+def enter(names: Names, node: str, hosts: Path, resolv: Path, argv: list[str]) -> list[str]:
+    """``argv`` run as host ``node``: in its network namespace, with its hostname, hosts file and
+    resolv.conf (the cluster's name server on the bridge; the host's is beyond the subnet).
 
     nsenter and unshare exec in place (no fork), so the PID recorded for the daemon is the
     daemon's. ``ip netns exec`` would remount /sys, which slurmd 22.05 refuses (cgroup error).
     Mounts propagate from the host into the node (slave), so the node sees the same files.
     """
-    script = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
+    script = (
+        'hostname "$0" && mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf'
+        ' && shift 2 && exec "$@"'
+    )
     return [
         "nsenter",
         f"--net=/run/netns/{names.namespace(node)}",
@@ -147,5 +152,6 @@ def enter(names: Names, node: str, hosts: Path, argv: list[str]) -> list[str]:
         script,
         node,
         str(hosts),
+        str(resolv),
         *argv,
     ]

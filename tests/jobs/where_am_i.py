@@ -1,6 +1,7 @@
 """A plain torchrun script (no clustertrain) that reports what its rank sees of its host: its
-hostname, the head node's address, its CPUs and threads, the interface gloo was given, and the
-peers of its own TCP connections after an all-reduce. One JSON line per rank."""
+hostname, the head node's address, its CPUs and threads, the interface gloo was given, the
+peers of its own TCP connections after an all-reduce, and the names of those peers, looked up
+by address and back. One JSON line per rank."""
 
 import ipaddress
 import json
@@ -31,6 +32,20 @@ def tcp_peers() -> list[str]:
     return sorted(set(peers))
 
 
+def names_of(addresses: list[str]) -> dict[str, dict]:
+    """Each address's name, asked as the TCPStore server asks for its clients' (the IPv4-mapped
+    form, a name required), and the addresses that name resolves to; else the error."""
+    found: dict[str, dict] = {}
+    for address in addresses:
+        try:
+            name = socket.getnameinfo((f"::ffff:{address}", 0, 0, 0), socket.NI_NAMEREQD)[0]
+            forward = sorted({info[4][0] for info in socket.getaddrinfo(name, None)})
+            found[address] = {"name": name, "addresses": forward}
+        except OSError as error:
+            found[address] = {"error": str(error)}
+    return found
+
+
 dist.init_process_group("gloo")
 total = torch.ones(1)
 dist.all_reduce(total)
@@ -49,6 +64,7 @@ seen = {
     "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
     "nccl_ifname": os.environ.get("NCCL_SOCKET_IFNAME"),
     "peers": tcp_peers(),
+    "peer_names": names_of(tcp_peers()),
     "started": STARTED,
     "reduced": reduced,
 }
