@@ -125,7 +125,8 @@ def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_pat
     with open(run.events_path, "a") as handle:
         handle.write('{"time": 1e308, "event": "step", "attempt": 1, "step": 9}\n')
         handle.write('{"time": 5, "event": "step", "attempt": 1, "step": 9}\n')
-        handle.write('{"time": %f, "event": "step", "attempt": 1, "loss": 1e999}\n' % time.time())
+        now = json.dumps(time.time())
+        handle.write(f'{{"time": {now}, "event": "step", "attempt": 1, "loss": 1e999}}\n')
     said: list[str] = []
     assert timeline.goodput(timeline.attempts(run.events(said.append))) == honest
     assert len(said) == 1 and "3 line(s) left out" in said[0]
