@@ -92,6 +92,7 @@ def test_the_oci_bundle_mounts_the_image_read_only_and_shares_the_nodes_network(
     assert config["linux"]["namespaces"] == [{"type": "mount"}]
     by_destination = {m["destination"]: m for m in mounts}
     assert by_destination["/etc/hosts"]["source"] == "/etc/hosts"
+    assert by_destination["/etc/resolv.conf"]["source"] == "/etc/resolv.conf"
     assert by_destination["/dev/shm"]["type"] == "bind"  # not runc's 64 MB tmpfs
     assert by_destination["/tmp"]["type"] == "tmpfs"
     assert "rw" in by_destination[RUN_DIR]["options"] and WORKDIR in by_destination
@@ -221,13 +222,12 @@ def test_an_oci_image_must_have_the_mount_points_the_job_needs(tmp_path: Path) -
     with pytest.raises(UserError) as refused:
         preflight.check_files(job)
     message = str(refused.value)
-    assert f"lacks /etc/hosts, {WORKDIR}, {RUN_DIR}, /data," in message
-    assert f"mkdir -p {image}{WORKDIR} {image}{RUN_DIR} {image}/data; touch {image}/etc/hosts" in (
-        message
-    )
-    for path in ("etc/hosts", WORKDIR[1:], RUN_DIR[1:], "data"):
+    assert f"lacks /etc/hosts, /etc/resolv.conf, {WORKDIR}, {RUN_DIR}, /data," in message
+    fix = f"mkdir -p {image}{WORKDIR} {image}{RUN_DIR} {image}/data; touch {image}/etc/hosts"
+    assert f"{fix} {image}/etc/resolv.conf" in message
+    for path in ("etc/hosts", "etc/resolv.conf", WORKDIR[1:], RUN_DIR[1:], "data"):
         (image / path).parent.mkdir(parents=True, exist_ok=True)
-        (image / path).touch() if path == "etc/hosts" else (image / path).mkdir()
+        (image / path).touch() if path.startswith("etc/") else (image / path).mkdir()
     preflight.check_files(job)
     # Under /tmp, a fresh tmpfs in the container, runc creates what it needs.
     tmp_job = render(job.spec, "/tmp/runs/job-1", "/tmp/project")

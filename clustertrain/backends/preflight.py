@@ -141,9 +141,6 @@ def gpu_count(gres: str) -> int:
     return sum(int(count) for count in _GPU_GRES.findall(gres))
 
 
-HOSTS = container.HOSTS
-
-
 def check_files(job: RenderedJob) -> None:
     """The files a container job needs, as this host sees them (the nodes are taken to share
     them): each mount's source, and an OCI image's root filesystem folder with the mount
@@ -166,12 +163,15 @@ def check_files(job: RenderedJob) -> None:
         )
     missing = container.missing_mount_points(spec, job.run_dir, job.workdir, image)
     if missing:
-        folders = [shlex.quote(image.rstrip("/") + path) for path in missing if path != HOSTS]
+        quoted = {path: shlex.quote(image.rstrip("/") + path) for path in missing}
+        files = [quoted[path] for path in missing if path in container.NODE_FILES]
+        folders = [quoted[path] for path in missing if path not in container.NODE_FILES]
         fixes = [f"mkdir -p {' '.join(folders)}"] if folders else []
-        fixes += [f"touch {shlex.quote(image.rstrip('/') + HOSTS)}"] if HOSTS in missing else []
+        fixes += [f"touch {' '.join(files)}"] if files else []
         raise UserError(
             f"container_image: {image} lacks {', '.join(missing)}, where the job mounts the "
-            "node's hosts file, the working directory, the run folder or container_mounts; "
+            "node's hosts and resolv.conf, the working directory, the run folder or "
+            "container_mounts; "
             f"nothing can be created in a read-only image: create them once ({'; '.join(fixes)})"
             ", or work under /tmp"
         )

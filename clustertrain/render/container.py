@@ -26,8 +26,10 @@ BUNDLE_DIR = "container"
 BUNDLE_ROOTFS = "rootfs"
 # What Apptainer is called; the same command line works for SingularityCE's `singularity`.
 APPTAINER = "apptainer"
-# The node's hosts file, mounted over the image's: the rendezvous resolves names as the host does.
-HOSTS = "/etc/hosts"
+# The node's name resolution, mounted over the image's: the rendezvous resolves names as the
+# host does, and the rendezvous store names its peers through the node's name server (without
+# it, every rank warns that it cannot, as it did on the local cluster's nodes).
+NODE_FILES = ("/etc/hosts", "/etc/resolv.conf")
 # The PATH an OCI process starts with (Slurm appends the job's environment to it).
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -72,7 +74,7 @@ def missing_mount_points(spec: JobSpec, run_dir: str, workdir: str, image: str) 
     image is mounted read-only, so runc cannot create them; under /tmp (a fresh tmpfs) it can.
     The one function here that reads files."""
 
-    wanted = [HOSTS, *(m.destination for m in mounts(spec, run_dir, workdir))]
+    wanted = [*NODE_FILES, *(m.destination for m in mounts(spec, run_dir, workdir))]
     return [
         path
         for path in wanted
@@ -120,9 +122,9 @@ def oci_config(spec: JobSpec, run_dir: str, workdir: str) -> str | None:
 
     The image's root filesystem is bind-mounted read-only on the bundle's empty rootfs, so
     jobs share one image and none can change it. No network, UTS or PID namespace: the ranks
-    see the node's addresses, hostname and /etc/hosts (the rendezvous resolves the head node
-    as the host does) and are plain processes of the step, which Slurm signals. The node's
-    /dev/shm replaces runc's 64 MB default, which NCCL and DataLoader workers outgrow.
+    see the node's addresses, hostname, /etc/hosts and /etc/resolv.conf (the rendezvous
+    resolves names as the host does) and are plain processes of the step, which Slurm signals.
+    The node's /dev/shm replaces runc's 64 MB default, which NCCL and DataLoader workers outgrow.
     """
     if spec.container_runtime != "oci" or spec.container_image is None:
         return None
@@ -131,7 +133,7 @@ def oci_config(spec: JobSpec, run_dir: str, workdir: str) -> str | None:
     node = [
         _bind("/dev/shm", "/dev/shm", "rbind"),
         _bind("/sys", "/sys", "rbind", "ro"),
-        _bind(HOSTS, HOSTS, "bind", "ro"),
+        *(_bind(path, path, "bind", "ro") for path in NODE_FILES),
     ]
     job = [
         _bind(m.destination, m.source, "rbind", "ro" if m.read_only else "rw")
