@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.backends import preflight
+from clustertrain.backends import cluster_info, preflight
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob, container, render
@@ -170,11 +170,11 @@ def test_container_env_may_set_the_containers_path(tmp_path: Path) -> None:
 # Preflight: a runtime the cluster lacks, an image or mount this host does not have.
 
 
-def _info(runtimes: set[str]) -> preflight.ClusterInfo:
-    part = preflight.Partition("debug", True, None, None, "UP")
-    node = preflight.Node("n1", ("debug",), 8, 4096, 0, "idle")
+def _info(runtimes: set[str]) -> cluster_info.ClusterInfo:
+    part = cluster_info.Partition("debug", True, None, None, "UP")
+    node = cluster_info.Node("n1", ("debug",), 8, 4096, 0, "idle")
     missing = (("pyxis", "srun --help has no --container-image: no pyxis plugin"),)
-    return preflight.ClusterInfo(
+    return cluster_info.ClusterInfo(
         "slurm 22.05.8", (part,), (node,), None, frozenset(runtimes), missing
     )
 

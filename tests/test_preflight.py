@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clustertrain.backends.preflight import ClusterInfo, check, gpu_count, memory_mb
+from clustertrain.backends.cluster_info import ClusterInfo, gpu_count
+from clustertrain.backends.preflight import check, memory_mb
 from clustertrain.backends.slurm import parse_nodes, parse_partitions
 from clustertrain.errors import UserError
 from clustertrain.spec import build_spec

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from clustertrain.backends.preflight import ClusterInfo
+from clustertrain.backends.cluster_info import ClusterInfo
 from clustertrain.backends.slurm import Slurm
 from clustertrain.spec.fields import format_time
 

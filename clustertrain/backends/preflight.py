@@ -9,58 +9,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
+from clustertrain.backends.cluster_info import ClusterInfo
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob, container
 from clustertrain.spec import JobSpec, sweep
 from clustertrain.spec.fields import format_time, time_seconds
 
-# sinfo's short node states that cannot run a job now or soon (sinfo(1), NODE STATE CODES).
-_UNUSABLE = ("down", "drain", "drng", "fail", "futr", "inval", "maint", "npc", "reboot")
-_GPU_GRES = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
 _MEM = re.compile(r"(\d+)([KMGT]?)")
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    partitions: tuple[str, ...]
-    cpus: int
-    memory_mb: int
-    gpus: int
-    state: str
-
-    @property
-    def usable(self) -> bool:
-        return not self.state.rstrip("*~#!%$@^-").startswith(_UNUSABLE)
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    default: bool
-    max_nodes: int | None
-    max_time_s: int | None
-    state: str
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    version: str
-    partitions: tuple[Partition, ...]
-    nodes: tuple[Node, ...]
-    max_array_size: int | None = None  # MaxArraySize: array indices must stay below it
-    # The container runtimes this cluster offers (None: not asked), and why each other is not.
-    container_runtimes: frozenset[str] | None = None
-    missing_runtimes: tuple[tuple[str, str], ...] = ()
-
-    def partition(self, name: str | None) -> Partition | None:
-        for part in self.partitions:
-            if part.name == name or (name is None and part.default):
-                return part
-        return None
 
 
 def check(spec: JobSpec, cluster: ClusterInfo) -> None:
@@ -134,11 +91,6 @@ def memory_mb(text: str) -> int:
         raise ValueError(text)
     scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2}[match[2]]
     return int(int(match[1]) * scale)
-
-
-def gpu_count(gres: str) -> int:
-    """GPUs in sinfo's GRES column: ``gpu:2``, ``gpu:a100:4(S:0-1)``, ``(null)``."""
-    return sum(int(count) for count in _GPU_GRES.findall(gres))
 
 
 def check_files(job: RenderedJob) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from clustertrain.backends import preflight as preflight_checks
 from clustertrain.backends.base import Backend
-from clustertrain.backends.preflight import ClusterInfo, Node, Partition, gpu_count
+from clustertrain.backends.cluster_info import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.errors import UserError
 from clustertrain.jobstate import JOB_ID, TERMINAL_STATES, JobState
 from clustertrain.render import RenderedJob

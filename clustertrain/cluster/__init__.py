@@ -5,7 +5,7 @@ private bridge (``--layout loopback``: on 127.0.0.1 with its own port); one ``sl
 private ``munged`` (own key, socket and pid file in the state dir) serve them, and on the bridge
 a ``dnsmasq`` answers the nodes' name lookups (reverse ones too, as a site's DNS does); no
 systemd.
-Facts this builds on: ``shared/notes/slurm-on-one-host.md``.
+Why each setting: the comments beside it in ``config.py`` and ``templates/slurm.conf.j2``.
 
   layout.py     the cluster's shape, its addresses, and where its files live
   config.py     slurm.conf, gres.conf, the hosts files, dnsmasq.conf and the nodes'
