@@ -35,6 +35,7 @@ NAMES = (
     "signal",
     "stop",
     "requeued",
+    "hang",
     "ended",
 )
 MAX_BYTES = 64 << 20

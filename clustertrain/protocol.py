@@ -45,6 +45,17 @@ ENV_EVENTS_FILE = "CLUSTERTRAIN_EVENTS_FILE"
 # whole world (the launch script checks with compgen, a local run with glob).
 NVIDIA_DEVICES = "/dev/nvidia[0-9]*"
 
+# Progress: each rank that calls runtime.heartbeat(step) keeps a file <HEARTBEAT_DIR>/rank-<N>
+# (its newest step, its mtime the time) under the attempt's log folder, and on DUMP_SIGNAL writes
+# every thread's stack to rank-<N>.stack beside it. The batch script's watchdog
+# (clustertrain.watchdog) reads them, and writes HANG_FILE there when no rank made progress for
+# hang_timeout_s. WINCH: ignored by any process that does not ask for it (a terminal's resize
+# signal), so the launchers and scripts without the runtime library are safe from it.
+ENV_HEARTBEAT_DIR = "CLUSTERTRAIN_HEARTBEAT_DIR"
+HEARTBEAT_DIR = "heartbeats"
+DUMP_SIGNAL = "WINCH"
+HANG_FILE = "hang.txt"
+
 # The launch script sets these on each node to the interface of its route to the head node
 # (``python -m clustertrain.netif``), unless the job sets them (socket_ifname).
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -58,7 +69,7 @@ NODE_CHECK_DIR = "node-check"
 # for each rank): a user's value for one would change what the scripts do.
 SCRIPT_VARIABLES = frozenset(
     {"HEAD_NODE", "RDZV_PORT", "RDZV_IS_HOST", "LOG_DIR", "STATUS", "SRUN_PID", "VIRTUAL_ENV"}
-    | {"IFNAME", "CHECK_START"}
+    | {"IFNAME", "CHECK_START", "WATCHDOG_PID"}
     | {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
     | {"MASTER_ADDR", "MASTER_PORT", "PATH", "PYTHONUNBUFFERED"}
 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import os
 import signal
 import sys
@@ -147,3 +148,46 @@ def finish(code: int = 0, accelerator: Any = None) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
+
+
+class _Heartbeat:
+    """One rank's progress file: the newest step, written in place at every call (one pwrite
+    of a fixed-width line: microseconds, bench/heartbeat.py), its mtime the time of progress."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.ready = False
+
+    def beat(self, step: int) -> None:
+        if not self.ready:
+            self._start()
+        if self.fd is not None:
+            os.pwrite(self.fd, f"{step:>20}\n".encode(), 0)
+
+    def _start(self) -> None:
+        """Open the file, and have every thread's stack written beside it on DUMP_SIGNAL
+        (faulthandler: it works even while the rank is blocked inside a C call)."""
+        self.ready = True
+        folder = os.environ.get(protocol.ENV_HEARTBEAT_DIR)
+        if not folder:
+            return
+        rank = env.from_environ().rank
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(Path(folder, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o644)
+        stacks = open(Path(folder, f"rank-{rank}.stack"), "w")  # noqa: SIM115 - kept open
+        signum = getattr(signal, f"SIG{protocol.DUMP_SIGNAL}")
+        faulthandler.register(signum, file=stacks, all_threads=True, chain=False)
+
+
+_HEARTBEAT = _Heartbeat()
+
+
+def heartbeat(step: int) -> None:
+    """Say this rank made progress (call it once per training step, on every rank).
+
+    In a clustertrain job, the batch script's watchdog declares a hang when no rank has called
+    this for ``hang_timeout_s`` seconds: it saves every rank's stack in the run folder, names
+    the ranks that are stuck and where, and ends the job instead of letting it burn its
+    allocation until the time limit. Outside a job it does nothing.
+    """
+    _HEARTBEAT.beat(step)

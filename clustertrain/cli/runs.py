@@ -48,7 +48,10 @@ def status(job: str, runs_dir: str | None) -> None:
     if final is not None and isinstance(final.get("test_acc"), int | float):
         click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
     if state.finished and state.state != "COMPLETED":
-        from clustertrain.runs.logs import first_failure
+        from clustertrain.runs.logs import first_failure, hang
+
+        if said := hang(run):
+            click.echo(f"  {said}")
 
         failure = first_failure(run)
         for line in failure.lines() if failure else []:

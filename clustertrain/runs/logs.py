@@ -128,6 +128,23 @@ class Failure:
         return [head + signal + error, *(f"  {line}" for line in self.tail)]
 
 
+def hang(run: Run) -> str | None:
+    """What the watchdog said of the newest attempt that hung (clustertrain.watchdog)."""
+    found = None
+    for folder in sorted(run.logs_dir.glob(f"{protocol.ATTEMPT_DIR}*"), key=_attempt_number):
+        path = folder / protocol.HEARTBEAT_DIR / protocol.HANG_FILE
+        try:
+            found = read_regular(path, 64 << 10).decode("utf-8", "replace").strip() or found
+        except RunFolderError:
+            continue
+    return printable(found) if found else None
+
+
+def _attempt_number(folder: Path) -> int:
+    number = folder.name.removeprefix(protocol.ATTEMPT_DIR)
+    return int(number) if number.isdigit() else -1
+
+
 def first_failure(run: Run) -> Failure | None:
     files = [log for log in log_files(run) if log.stream == "err" and log.node != "batch"]
     if not files:

@@ -126,6 +126,13 @@ class JobSpec:
     node_check: bool = _field(
         True, fields.boolean, "Check every node's view of the head node before training."
     )
+    # A step whose ranks call runtime.heartbeat and none of which made progress for this long
+    # is hung: clustertrain.watchdog saves their stacks, names them and ends the step.
+    hang_timeout_s: int = _field(
+        1800, fields.int_range(10, 7 * 24 * 3600),
+        "Seconds without progress from any rank (runtime.heartbeat) after which the step is "
+        "declared hung: stacks saved, ranks named, the step ended.", flag="--hang-timeout",
+    )  # fmt: skip
     rdzv_timeout_s: int = _field(
         120, fields.int_range(10, 3600),
         "Seconds the rendezvous and the first all-reduce may take.", flag="--rdzv-timeout",

@@ -1,0 +1,103 @@
+"""The hang watchdog on real processes: ranks that beat through clustertrain.runtime and then
+stop, their stacks taken by faulthandler on the dump signal, a stand-in for srun ended.
+
+Slurm's part (scancel delivering the signal to every process of the steps) is stood in for by
+a fake ``scancel`` that signals the test's ranks; the real path runs in tests/test_hang_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clustertrain import protocol, watchdog
+from tests.conftest import ROOT
+
+RANK = """
+import os, sys, threading, time
+from clustertrain import runtime
+
+def wait_in_collective():
+    threading.Event().wait()          # a rank blocked where its peers never arrive
+
+def sleep_forever():
+    time.sleep(3600)                  # the odd rank out
+
+for step in range(1, 4):
+    runtime.heartbeat(step)
+    time.sleep(0.4)
+open(sys.argv[2], "w").close()        # beating done
+(sleep_forever if sys.argv[1] == "1" else wait_in_collective)()
+"""
+
+
+@pytest.fixture
+def ranks(tmp_path: Path) -> list[subprocess.Popen[bytes]]:
+    """Three ranks that beat, then hang: rank 1 in sleep_forever, ranks 0 and 2 in a wait."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    started = []
+    for rank in range(3):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "3",
+            protocol.ENV_HEARTBEAT_DIR: str(tmp_path / "beats"),
+        }
+        argv = [sys.executable, str(script), str(rank), str(tmp_path / f"done-{rank}")]
+        started.append(subprocess.Popen(argv, cwd=ROOT, env=env))
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"done-{r}").exists() for r in range(3)):
+        assert time.monotonic() < deadline, "the ranks never finished beating"
+        time.sleep(0.1)
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_hang_is_declared_with_every_ranks_place_and_the_step_ended(
+    ranks: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pids = " ".join(str(p.pid) for p in ranks)
+    (bin_dir / "scancel").write_text(f"#!/bin/sh\nkill -s WINCH {pids}\n")
+    (bin_dir / "scancel").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv(protocol.ENV_EVENTS_FILE, str(tmp_path / "events.jsonl"))
+    srun = subprocess.Popen(["sleep", "300"])  # stands in for srun
+    folder = tmp_path / "beats"
+    watchdog.watch(folder, timeout_s=1.0, srun_pid=srun.pid, poll_s=0.2)
+
+    said = (folder / protocol.HANG_FILE).read_text()
+    assert said.startswith("hang at step 3: no rank made progress for ")
+    assert (
+        "ranks 0, 2 in wait (rank.py:6)" in said and "rank 1 in sleep_forever (rank.py:9)" in said
+    )
+    for rank in range(3):
+        assert "(most recent call first)" in (folder / f"rank-{rank}.stack").read_text()
+    assert srun.wait(5) == -signal.SIGTERM  # the step was ended
+    assert '"event": "hang"' in (tmp_path / "events.jsonl").read_text()
+
+
+def test_a_step_whose_ranks_never_beat_is_never_declared_hung(tmp_path: Path) -> None:
+    srun = subprocess.Popen(["sleep", "1.5"])
+    watchdog.watch(tmp_path / "beats", timeout_s=0.2, srun_pid=srun.pid, poll_s=0.1)
+    assert srun.wait(5) == 0 and not (tmp_path / "beats").exists()
+
+
+def test_rank_lists_and_a_rank_that_did_not_answer(tmp_path: Path) -> None:
+    (tmp_path / "rank-0.stack").write_text("")
+    found = {0: (5, time.time() - 9), 1: (7, time.time() - 8), 2: (7, time.time() - 8)}
+    said = watchdog.summary(tmp_path, found, 8.0)
+    quiet = "hang at step 7: no rank made progress for 8 s"
+    assert said == f"{quiet}; ranks 0-2 in no stack (it did not answer)"
+    assert watchdog._ranks([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
