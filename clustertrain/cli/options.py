@@ -25,13 +25,19 @@ def _flag_name(field: dataclasses.Field[Any]) -> str:
     return str(field.metadata["flag"] or "--" + field.name.replace("_", "-"))
 
 
-def _help(field: dataclasses.Field[Any]) -> str:
-    """The field's help and its default, said by the field itself (never retyped here)."""
+def default_text(field: dataclasses.Field[Any]) -> str | None:
+    """The field's default as --help and the docs' field reference say it; None: no default."""
     shown = field.metadata["default_text"]
     if shown is None and isinstance(field.default, bool):
         shown = "on" if field.default else "off"
     elif shown is None and field.default is not None and field.default != ():
-        shown = field.default
+        shown = str(field.default)
+    return shown
+
+
+def _help(field: dataclasses.Field[Any]) -> str:
+    """The field's help and its default, said by the field itself (never retyped here)."""
+    shown = default_text(field)
     return field.metadata["help"] + (f" (default: {shown})" if shown is not None else "")
 
 
