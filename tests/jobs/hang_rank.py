@@ -1,0 +1,20 @@
+"""A user script with the runtime library whose rank 1 stops at step 30, forever, while its peers
+wait for it in the next all-reduce: the hang the watchdog must find (tests/test_hang_e2e.py)."""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from clustertrain import runtime
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+value = torch.ones(1)
+for step in range(1, 61):
+    if rank == 1 and step == 30:
+        time.sleep(3600)  # the odd rank out
+    dist.all_reduce(value)  # its peers wait here
+    runtime.heartbeat(step)
+    time.sleep(0.05)
+runtime.finish()

@@ -1,0 +1,46 @@
+"""A hung rank is found on the real cluster: the step is ended, every rank's stack is in the run
+folder, and status names where each group of ranks waits (clustertrain.watchdog)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from clustertrain import protocol
+from tests.conftest import run_cli
+from tests.test_slurm_e2e import cluster, follow, submit  # noqa: F401  (cluster is a fixture)
+
+pytestmark = pytest.mark.slurm
+SCRIPT = "tests/jobs/hang_rank.py"
+
+
+def _line(text: str) -> int:
+    lines = Path(SCRIPT).read_text().splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+def test_a_hung_rank_ends_the_job_named_with_every_ranks_stack(
+    cluster: None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+    started = time.monotonic()
+    job_id, run_dir = submit(
+        env, "--script", SCRIPT, "--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2",
+        "--hang-timeout", "15",
+    )  # fmt: skip
+    followed = follow(env, job_id)
+    took = time.monotonic() - started
+    assert followed.returncode != 0 and "FAILED" in followed.stderr, followed.stdout[-2000:]
+    status = run_cli("status", job_id, env=env).stdout
+    said = f"ranks 0, 2-3 in all_reduce (hang_rank.py:{_line('dist.all_reduce(value)')})"
+    assert "hang at step 29: no rank made progress for" in status, status
+    assert said in status and f"rank 1 in <module> (hang_rank.py:{_line('time.sleep(3600)')})" in (
+        status
+    ), status
+    beats = run_dir / "logs" / "attempt-0" / protocol.HEARTBEAT_DIR
+    for rank in range(4):
+        assert "(most recent call first)" in (beats / f"rank-{rank}.stack").read_text()
+    print(f"hang declared and the job ended {took:.0f} s after submission (timeout 15 s)")
