@@ -36,6 +36,7 @@ NAMES = (
     "stop",
     "requeued",
     "hang",
+    "restarted",
     "ended",
 )
 MAX_BYTES = 64 << 20

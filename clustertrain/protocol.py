@@ -69,7 +69,7 @@ NODE_CHECK_DIR = "node-check"
 # for each rank): a user's value for one would change what the scripts do.
 SCRIPT_VARIABLES = frozenset(
     {"HEAD_NODE", "RDZV_PORT", "RDZV_IS_HOST", "LOG_DIR", "STATUS", "SRUN_PID", "VIRTUAL_ENV"}
-    | {"IFNAME", "CHECK_START", "WATCHDOG_PID"}
+    | {"IFNAME", "CHECK_START", "WATCHDOG_PID", "HANG", "STEP_RESTARTS"}
     | {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
     | {"MASTER_ADDR", "MASTER_PORT", "PATH", "PYTHONUNBUFFERED"}
 )

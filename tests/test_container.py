@@ -30,7 +30,7 @@ def _job(runtime: str, image: str = "/images/torch", run_dir: str = RUN_DIR, **f
 
 def _srun_lines(job: RenderedJob) -> tuple[str, str]:
     """The node check's srun line and the launch step's."""
-    lines = [line for line in job.batch_script.splitlines() if line.startswith("srun ")]
+    lines = [ln.strip() for ln in job.batch_script.splitlines() if ln.strip().startswith("srun ")]
     check, launch = lines
     assert "clustertrain.nodecheck probe" in check and "launch.sh" in launch
     return check, launch

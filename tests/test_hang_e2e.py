@@ -44,3 +44,23 @@ def test_a_hung_rank_ends_the_job_named_with_every_ranks_stack(
     for rank in range(4):
         assert "(most recent call first)" in (beats / f"rank-{rank}.stack").read_text()
     print(f"hang declared and the job ended {took:.0f} s after submission (timeout 15 s)")
+
+
+def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
+    cluster: None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """With max_restarts, the hung step is started again inside the allocation: no requeue."""
+    env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+    job_id, run_dir = submit(
+        env, "--script", SCRIPT, "--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2",
+        "--hang-timeout", "15", "--max-restarts", "1",
+    )  # fmt: skip
+    followed = follow(env, job_id)
+    assert followed.returncode == 0 and "COMPLETED" in followed.stderr, followed.stdout[-2000:]
+    assert "starting it again on the same nodes (restart 1 of at most 1)" in followed.stdout
+    status = run_cli("status", job_id, env=env).stdout
+    assert "restarts: 0" in status  # Slurm's: it never went back to the queue
+    hung = run_dir / "logs" / "attempt-0" / f"{protocol.HEARTBEAT_DIR}-hung-1"
+    assert (hung / protocol.HANG_FILE).read_text().startswith("hang at step 29")
+    assert "(most recent call first)" in (hung / "rank-1.stack").read_text()

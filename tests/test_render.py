@@ -155,7 +155,7 @@ def test_accelerate_takes_the_machine_rank_on_each_node_at_run_time() -> None:
 
 def test_srun_starts_one_launcher_per_node_and_kills_on_bad_exit() -> None:
     script = _render("4x8").batch_script
-    srun = [line for line in script.splitlines() if line.startswith("srun ")][-1]
+    srun = [line.strip() for line in script.splitlines() if line.strip().startswith("srun ")][-1]
     assert "--kill-on-bad-exit=1" in srun and "--ntasks-per-node=1" in srun
     assert srun.endswith(f"bash {RUN_DIR}/launch.sh &")
 

@@ -132,11 +132,16 @@ def hang(run: Run) -> str | None:
     """What the watchdog said of the newest attempt that hung (clustertrain.watchdog)."""
     found = None
     for folder in sorted(run.logs_dir.glob(f"{protocol.ATTEMPT_DIR}*"), key=_attempt_number):
-        path = folder / protocol.HEARTBEAT_DIR / protocol.HANG_FILE
-        try:
-            found = read_regular(path, 64 << 10).decode("utf-8", "replace").strip() or found
-        except RunFolderError:
-            continue
+        # The attempt's last step, else the newest one restarted after a hang.
+        hung = sorted(
+            folder.glob(f"{protocol.HEARTBEAT_DIR}-hung-*"), key=lambda p: p.stat().st_mtime
+        )
+        for beats in [*hung, folder / protocol.HEARTBEAT_DIR]:
+            try:
+                said = read_regular(beats / protocol.HANG_FILE, 64 << 10)
+            except RunFolderError:
+                continue
+            found = said.decode("utf-8", "replace").strip() or found
     return printable(found) if found else None
 
 
