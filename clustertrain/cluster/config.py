@@ -23,8 +23,28 @@ Line = list[tuple[str, str]]
 
 def render_slurm_conf(layout: Layout, controller: str) -> str:
     """slurm.conf for ``layout``; ``controller`` is this host's short name (``hostname -s``)."""
+    partitions = [
+        [
+            ("PartitionName", "debug"),
+            ("Nodes", ",".join(layout.node_names)),
+            ("Default", "YES"),
+            ("MaxTime", "INFINITE"),
+            ("State", "UP"),
+        ]
+    ]
+    return render_template(
+        "slurm.conf.j2",
+        TEMPLATES,
+        conf_path=str(conf_path(layout.state_dir)),
+        settings=_settings(layout, controller),
+        nodes=_nodes(layout),
+        partitions=partitions,
+    )
+
+
+def _settings(layout: Layout, controller: str) -> Line:
     d = layout.state_dir
-    settings = [
+    return [
         ("ClusterName", "clustertrain"),
         ("SlurmctldHost", f"{controller}({layout.controller_address})"),
         ("SlurmctldPort", str(layout.base_port)),
@@ -39,7 +59,7 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
         ("SlurmdPidFile", str(d / "run" / "slurmd-%n.pid")),
         ("SlurmctldLogFile", str(d / "log" / "slurmctld.log")),
         ("SlurmdLogFile", str(d / "log" / "slurmd-%n.log")),
-        # No cgroups and no systemd here (notes: slurm-on-one-host.md). task/affinity binds each
+        # No cgroups and no systemd here (one host, no init system). task/affinity binds each
         # step to the CPUs it was granted, as sites do; with linuxproc it needs no cgroups.
         ("ProctrackType", "proctrack/linuxproc"),
         ("TaskPlugin", "task/affinity"),
@@ -71,7 +91,10 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
         ("KillWait", "2"),
         ("MessageTimeout", "5"),
     ]
-    nodes = [
+
+
+def _nodes(layout: Layout) -> list[Line]:
+    return [
         [
             ("NodeName", name),
             ("NodeAddr", address),
@@ -86,23 +109,6 @@ def render_slurm_conf(layout: Layout, controller: str) -> str:
             layout.node_addresses.items(), layout.ports[1:], strict=True
         )
     ]
-    partitions = [
-        [
-            ("PartitionName", "debug"),
-            ("Nodes", ",".join(layout.node_names)),
-            ("Default", "YES"),
-            ("MaxTime", "INFINITE"),
-            ("State", "UP"),
-        ]
-    ]
-    return render_template(
-        "slurm.conf.j2",
-        TEMPLATES,
-        conf_path=str(conf_path(d)),
-        settings=settings,
-        nodes=nodes,
-        partitions=partitions,
-    )
 
 
 def render_oci_conf(layout: Layout) -> str:
