@@ -11,7 +11,7 @@ import re
 import shlex
 from pathlib import Path
 
-from clustertrain.backends.cluster_info import ClusterInfo
+from clustertrain.backends.cluster_info import ClusterInfo, Partition
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob, container
 from clustertrain.spec import JobSpec, sweep
@@ -20,9 +20,12 @@ from clustertrain.spec.fields import format_time, time_seconds
 _MEM = re.compile(r"(\d+)([KMGT]?)")
 
 
+_SKIP = " (or skip this check with --no-preflight)"
+
+
 def check(spec: JobSpec, cluster: ClusterInfo) -> None:
     """Raise :class:`UserError` naming the first limit ``spec`` exceeds."""
-    skip = " (or skip this check with --no-preflight)"
+    skip = _SKIP
     count = len(sweep.tasks(spec.sweep))
     if cluster.max_array_size is not None and count > cluster.max_array_size:
         raise UserError(
@@ -61,6 +64,12 @@ def check(spec: JobSpec, cluster: ClusterInfo) -> None:
             f"time: {spec.time} exceeds partition {part.name}'s MaxTime="
             f"{format_time(part.max_time_s)}; ask for less time{skip}"
         )
+    _check_nodes(spec, cluster, part)
+
+
+def _check_nodes(spec: JobSpec, cluster: ClusterInfo, part: Partition) -> None:
+    """The partition's usable nodes: enough of them, each with the GPUs, CPUs and memory."""
+    skip = _SKIP
     members = [n for n in cluster.nodes if part.name in n.partitions and n.usable]
     wanted_mb = memory_mb(spec.mem) if spec.mem else 0
     limits = [
