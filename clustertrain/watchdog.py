@@ -1,19 +1,26 @@
 """Finds a hung job step, names where each rank is stuck, and ends the step.
 
-The batch script starts ``python -m clustertrain.watchdog HEARTBEAT_DIR TIMEOUT_S SRUN_PID``
+The batch script starts ``python -m clustertrain.watchdog HEARTBEAT_DIR TIMEOUT_S SRUN_PID MODE``
 beside the step. Ranks that call :func:`clustertrain.runtime.heartbeat` keep a file each in
-HEARTBEAT_DIR; once no rank has made progress for TIMEOUT_S seconds (a deadlock in a collective,
-a stuck data loader, a wedged filesystem: torchrun sees live processes and would wait until the
-time limit), the watchdog asks every rank for its stacks (``DUMP_SIGNAL``, which the runtime
-library answers with faulthandler, even inside a C call), writes what they say in
-``HANG_FILE`` (e.g. ``ranks 0, 2-3 in all_reduce (loop.py:133); rank 1 in step
-(train.py:30)``), and ends srun. A step whose ranks never beat is never declared hung.
+HEARTBEAT_DIR; with MODE ``quiet`` (``hang_on_quiet``, for scripts without the runtime library)
+the step's output files count as progress too. Once nothing has moved for TIMEOUT_S seconds (a
+deadlock in a collective, a stuck data loader, a wedged filesystem: torchrun sees live processes
+and would wait until the time limit), the watchdog takes every rank's stacks, writes where they
+wait in ``HANG_FILE`` (e.g. ``ranks 0, 2-3 in all_reduce (loop.py:133); rank 1 in step
+(train.py:30)``), and ends srun. A step that never made progress is never declared hung.
+
+Stacks: ranks with the runtime library write their own through faulthandler on
+``DUMP_SIGNAL`` (even inside a C call); for the others, ``python -m clustertrain.watchdog dump``
+runs on every node (an overlapping step) and takes them with ``py-spy dump``. Each file says
+which way it was taken by its format, and the summary names the tool.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,54 +29,77 @@ from pathlib import Path
 
 from clustertrain import events, protocol
 
-# After the dump signal, how long the ranks have to write their stacks; after SIGTERM, how
-# long srun has to end the step before SIGKILL.
-DUMP_WAIT_S, STOP_WAIT_S = 5.0, 30.0
+# After the dump signal, how long the ranks have to write their stacks; how long py-spy may take
+# on every node; after SIGTERM, how long srun has to end the step before SIGKILL.
+DUMP_WAIT_S, PY_SPY_WAIT_S, STOP_WAIT_S = 5.0, 60.0, 30.0
 _BEAT = re.compile(r"rank-(\d+)")
-_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
+_STACK = re.compile(r"rank-(\d+)\.stack")
+# A frame as faulthandler writes it, and as py-spy does.
+_FAULTHANDLER = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
+_PY_SPY = re.compile(r"^\s+(?P<func>\S.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
 # Frames of Python itself and of installed packages: the place a rank waits is named by its
 # innermost frame, and where in the user's code by the innermost frame outside these.
 _LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen ")
 
 
-def beats(folder: Path) -> dict[int, tuple[int, float]]:
-    """Each rank's newest step and when it wrote it."""
-    found = {}
-    for path in folder.glob("rank-*"):
-        match = _BEAT.fullmatch(path.name)
-        if match:
-            try:
-                found[int(match[1])] = (int(path.read_text().strip() or 0), path.stat().st_mtime)
-            except (OSError, ValueError):
+def progress(folder: Path, quiet: bool) -> tuple[dict[int, int], float | None]:
+    """Each beating rank's newest step, and when anything last moved: a heartbeat, or with
+    ``quiet`` a line of the step's output (the node logs beside ``folder``)."""
+    steps, newest = {}, None
+    files = [(path, _BEAT.fullmatch(path.name)) for path in folder.glob("rank-*")]
+    if quiet:
+        files += [(path, None) for path in folder.parent.glob("*.out")]
+        files += [(path, None) for path in folder.parent.glob("*.err")]
+    for path, rank in files:
+        try:
+            info = path.stat()
+            if rank is not None:
+                steps[int(rank[1])] = int(path.read_text().strip() or 0)
+            elif info.st_size == 0:
                 continue
-    return found
+        except (OSError, ValueError):
+            continue
+        newest = info.st_mtime if newest is None else max(newest, info.st_mtime)
+    return steps, newest
 
 
 def where(stack: str) -> str | None:
-    """Where a rank's main thread is, from faulthandler's dump: ``func (file.py:N)``."""
-    threads = [
-        block for block in re.split(r"\n(?=\S)", stack) if "(most recent call first)" in block
-    ]
-    for block in threads:
-        frames = [m.groupdict() for line in block.splitlines() if (m := _FRAME.match(line))]
-        if frames and frames[-1]["func"] == "<module>":  # the main thread starts in a module
+    """Where a rank's main thread is, from faulthandler's dump or py-spy's: ``func (file:N)``."""
+    for block in re.split(r"\n(?=\S)", stack):
+        frames = [
+            m.groupdict()
+            for line in block.splitlines()
+            if (m := _FAULTHANDLER.match(line) or _PY_SPY.match(line))
+        ]
+        # faulthandler writes no thread names: the main thread is the one that starts in a module.
+        if frames and (frames[-1]["func"] == "<module>" or '"MainThread"' in block):
             user = next((f for f in frames if not _LIBRARY.search(f["file"])), frames[0])
             return f"{frames[0]['func']} ({Path(user['file']).name}:{user['line']})"
     return None
 
 
-def summary(folder: Path, found: dict[int, tuple[int, float]], quiet_s: float) -> str:
+def summary(folder: Path, steps: dict[int, int], quiet_s: float) -> str:
     """One line: how long nothing moved, the newest step, and each group of ranks' place."""
+    ranks = set(steps)
+    ranks |= {int(m[1]) for p in folder.glob("rank-*.stack") if (m := _STACK.fullmatch(p.name))}
     places: dict[str, list[int]] = {}
-    for rank in sorted(found):
+    tools: dict[str, list[int]] = {}
+    for rank in sorted(ranks):
         try:
             stack = (folder / f"rank-{rank}.stack").read_text(errors="replace")
         except OSError:
             stack = ""
-        places.setdefault(where(stack) or "no stack (it did not answer)", []).append(rank)
-    step = max(step for step, _ in found.values())
-    said = "; ".join(f"{_ranks(ranks)} in {place}" for place, ranks in places.items())
-    return f"hang at step {step}: no rank made progress for {quiet_s:.0f} s; {said}"
+        place = where(stack)
+        places.setdefault(place or "no stack (it did not answer)", []).append(rank)
+        if place is not None:
+            tool = "py-spy" if stack.startswith("Process ") else "faulthandler"
+            tools.setdefault(tool, []).append(rank)
+    head = f"hang at step {max(steps.values())}" if steps else "hang"
+    said = "; ".join(f"{_ranks(group)} in {place}" for place, group in places.items())
+    said = said or "no rank's stack was found"
+    taken = ", ".join(f"{tool} for {_ranks(group)}" for tool, group in tools.items())
+    tail = f" (stacks by {taken})" if taken else ""
+    return f"{head}: no rank made progress for {quiet_s:.0f} s; {said}{tail}"
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -93,27 +123,74 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def declare(folder: Path, found: dict[int, tuple[int, float]], srun_pid: int) -> str:
-    """Ask for the stacks, say where every rank is, end the step; returns what it said."""
-    quiet_s = time.time() - max(when for _, when in found.values())
+def declare(folder: Path, steps: dict[int, int], newest: float, srun_pid: int) -> str:
+    """Take the stacks, say where every rank is, end the step; returns what it said."""
+    quiet_s = time.time() - newest
+    folder.mkdir(parents=True, exist_ok=True)
     job = os.environ.get("SLURM_JOB_ID", "")
     signum = int(getattr(signal, f"SIG{protocol.DUMP_SIGNAL}"))
     if job:  # every process of the job's steps; the batch shell is not one
         subprocess.run(["scancel", f"--signal={signum}", job], check=False, timeout=60)
     deadline = time.monotonic() + DUMP_WAIT_S
-    while time.monotonic() < deadline and not _all_stacks(folder, found):
+    while steps and time.monotonic() < deadline and not _all_stacks(folder, steps):
         time.sleep(0.2)
-    said = summary(folder, found, quiet_s)
+    if job and not (steps and _all_stacks(folder, steps)):
+        _py_spy_on_every_node(folder)
+    said = summary(folder, steps, quiet_s)
     (folder / protocol.HANG_FILE).write_text(said + "\n")
-    events.record("hang", step=max(step for step, _ in found.values()), seconds=quiet_s)
+    events.record("hang", step=max(steps.values(), default=0), seconds=quiet_s)
     print(f"clustertrain: {said}; stacks in {folder}; ending the step", flush=True)
     _stop(srun_pid)
     return said
 
 
-def _all_stacks(folder: Path, found: dict[int, tuple[int, float]]) -> bool:
-    paths = [folder / f"rank-{rank}.stack" for rank in found]
+def _all_stacks(folder: Path, steps: dict[int, int]) -> bool:
+    paths = [folder / f"rank-{rank}.stack" for rank in steps]
     return all(path.exists() and path.stat().st_size > 0 for path in paths)
+
+
+def _py_spy_on_every_node(folder: Path) -> None:
+    """``dump`` on every node of the job, beside the hung step (``--overlap``)."""
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
+    argv = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
+    argv += [sys.executable, "-m", "clustertrain.watchdog", "dump", str(folder)]
+    with contextlib.suppress(subprocess.TimeoutExpired):  # what was taken by then is kept
+        subprocess.run(argv, check=False, timeout=PY_SPY_WAIT_S, stdout=subprocess.DEVNULL)
+
+
+def dump(folder: Path) -> None:
+    """On one node: py-spy's stacks of this job's ranks here that did not write their own."""
+    spy = shutil.which("py-spy")
+    folder.mkdir(parents=True, exist_ok=True)
+    for pid, rank in _ranks_here(folder):
+        out = folder / f"rank-{rank}.stack"
+        if out.exists() and out.stat().st_size > 0:
+            continue
+        if spy is None:
+            out.write_text("no stack: py-spy is not installed on this node (pip install py-spy)\n")
+            continue
+        done = subprocess.run([spy, "dump", "--pid", pid], capture_output=True, text=True)
+        out.write_text(done.stdout or f"no stack: py-spy said {done.stderr.strip()[:300]}\n")
+
+
+def _ranks_here(folder: Path) -> list[tuple[str, int]]:
+    """(pid, rank) of this node's processes that are ranks of the step ``folder`` belongs to:
+    the launcher gives each a RANK and a LOCAL_RANK, and the batch script the folder."""
+    wanted = f"{protocol.ENV_HEARTBEAT_DIR}={folder}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        rank = next((e[5:] for e in environ if e.startswith(b"RANK=")), b"")
+        if (
+            wanted in environ
+            and rank.isdigit()
+            and any(e.startswith(b"LOCAL_RANK=") for e in environ)
+        ):
+            found.append((proc.name, int(rank)))
+    return found
 
 
 def _stop(pid: int) -> None:
@@ -127,16 +204,21 @@ def _stop(pid: int) -> None:
             time.sleep(0.2)
 
 
-def watch(folder: Path, timeout_s: float, srun_pid: int, poll_s: float | None = None) -> None:
-    """Until srun ends: declare a hang once the newest heartbeat is ``timeout_s`` old."""
+def watch(
+    folder: Path, timeout_s: float, srun_pid: int, quiet: bool = False, poll_s: float | None = None
+) -> None:
+    """Until srun ends: declare a hang once the newest progress is ``timeout_s`` old."""
     poll_s = poll_s or min(5.0, timeout_s / 4)
     while _alive(srun_pid):
-        found = beats(folder)
-        if found and time.time() - max(when for _, when in found.values()) > timeout_s:
-            declare(folder, found, srun_pid)
+        steps, newest = progress(folder, quiet)
+        if newest is not None and time.time() - newest > timeout_s:
+            declare(folder, steps, newest, srun_pid)
             return
         time.sleep(poll_s)
 
 
 if __name__ == "__main__":
-    watch(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]))
+    if sys.argv[1] == "dump":
+        dump(Path(sys.argv[2]))
+    else:
+        watch(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "quiet")

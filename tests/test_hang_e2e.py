@@ -14,6 +14,7 @@ from tests.test_slurm_e2e import cluster, follow, submit  # noqa: F401  (cluster
 
 pytestmark = pytest.mark.slurm
 SCRIPT = "tests/jobs/hang_rank.py"
+QUIET = "tests/jobs/quiet_hang.py"
 
 
 def _line(text: str) -> int:
@@ -64,3 +65,28 @@ def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
     hung = run_dir / "logs" / "attempt-0" / f"{protocol.HEARTBEAT_DIR}-hung-1"
     assert (hung / protocol.HANG_FILE).read_text().startswith("hang at step 29")
     assert "(most recent call first)" in (hung / "rank-1.stack").read_text()
+
+
+def test_a_plain_scripts_hang_is_found_from_its_quiet_output_with_py_spys_stacks(
+    cluster: None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Without the runtime library, only if the user opts in (hang_on_quiet); py-spy takes the
+    stacks on every node, and the summary says so."""
+    env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+    job_id, run_dir = submit(
+        env, "--script", QUIET, "--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2",
+        "--hang-timeout", "15", "--hang-on-quiet",
+    )  # fmt: skip
+    followed = follow(env, job_id)
+    assert followed.returncode != 0 and "FAILED" in followed.stderr, followed.stdout[-2000:]
+    status = run_cli("status", job_id, env=env).stdout
+    lines = Path(QUIET).read_text().splitlines()
+    sleep = next(n for n, line in enumerate(lines, 1) if "time.sleep(3600)" in line)
+    reduce = next(n for n, line in enumerate(lines, 1) if "dist.all_reduce(value)" in line)
+    assert "hang: no rank made progress for" in status, status
+    assert f"rank 1 in <module> (quiet_hang.py:{sleep})" in status, status
+    assert f"ranks 0, 2-3 in all_reduce (quiet_hang.py:{reduce})" in status, status
+    assert "(stacks by py-spy for ranks 0-3)" in status, status
+    beats = run_dir / "logs" / "attempt-0" / protocol.HEARTBEAT_DIR
+    assert (beats / "rank-2.stack").read_text().startswith("Process ")

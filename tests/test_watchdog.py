@@ -79,9 +79,9 @@ def test_a_hang_is_declared_with_every_ranks_place_and_the_step_ended(
 
     said = (folder / protocol.HANG_FILE).read_text()
     assert said.startswith("hang at step 3: no rank made progress for ")
-    assert (
-        "ranks 0, 2 in wait (rank.py:6)" in said and "rank 1 in sleep_forever (rank.py:9)" in said
-    )
+    assert "ranks 0, 2 in wait (rank.py:6)" in said
+    assert "rank 1 in sleep_forever (rank.py:9)" in said
+    assert said.endswith(" (stacks by faulthandler for ranks 0-2)\n")
     for rank in range(3):
         assert "(most recent call first)" in (folder / f"rank-{rank}.stack").read_text()
     assert srun.wait(5) == -signal.SIGTERM  # the step was ended
@@ -89,14 +89,42 @@ def test_a_hang_is_declared_with_every_ranks_place_and_the_step_ended(
 
 
 def test_a_step_whose_ranks_never_beat_is_never_declared_hung(tmp_path: Path) -> None:
+    (tmp_path / "node1.out").write_text("quiet for long, but nobody asked to watch output\n")
+    os.utime(tmp_path / "node1.out", (0, 0))
     srun = subprocess.Popen(["sleep", "1.5"])
     watchdog.watch(tmp_path / "beats", timeout_s=0.2, srun_pid=srun.pid, poll_s=0.1)
     assert srun.wait(5) == 0 and not (tmp_path / "beats").exists()
 
 
+def test_with_quiet_output_counts_as_progress_and_its_silence_is_a_hang(tmp_path: Path) -> None:
+    """hang_on_quiet, for scripts without the runtime library: the node logs' last line."""
+    (tmp_path / "node1.err").write_text("")  # an empty file is no progress
+    (tmp_path / "node1.out").write_text("step 29\n")
+    steps, newest = watchdog.progress(tmp_path / "beats", quiet=True)
+    assert steps == {} and newest == (tmp_path / "node1.out").stat().st_mtime
+    assert watchdog.progress(tmp_path / "beats", quiet=False) == ({}, None)
+    os.utime(tmp_path / "node1.out", (time.time() - 60, time.time() - 60))
+    srun = subprocess.Popen(["sleep", "300"])
+    watchdog.watch(tmp_path / "beats", timeout_s=30, srun_pid=srun.pid, quiet=True, poll_s=0.1)
+    assert srun.wait(5) == -signal.SIGTERM
+    said = (tmp_path / "beats" / protocol.HANG_FILE).read_text()
+    assert said.startswith("hang: no rank made progress for 60 s; ")
+
+
+def test_where_reads_py_spys_stacks_too() -> None:
+    stack = (
+        "Process 27300: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+        'Thread 27301 (idle): "pt_gloo_runloop"\n    run (/usr/lib/python3.11/threading.py:975)\n\n'
+        'Thread 27300 (idle): "MainThread"\n'
+        "    all_reduce (/v/lib/python3.11/site-packages/torch/distributed/c10d.py:2501)\n"
+        "    step (/home/me/train.py:40)\n    <module> (/home/me/train.py:52)\n"
+    )
+    assert watchdog.where(stack) == "all_reduce (train.py:40)"
+
+
 def test_rank_lists_and_a_rank_that_did_not_answer(tmp_path: Path) -> None:
     (tmp_path / "rank-0.stack").write_text("")
-    found = {0: (5, time.time() - 9), 1: (7, time.time() - 8), 2: (7, time.time() - 8)}
+    found = {0: 5, 1: 7, 2: 7}
     said = watchdog.summary(tmp_path, found, 8.0)
     quiet = "hang at step 7: no rank made progress for 8 s"
     assert said == f"{quiet}; ranks 0-2 in no stack (it did not answer)"

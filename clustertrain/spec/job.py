@@ -133,6 +133,11 @@ class JobSpec:
         "Seconds without progress from any rank (runtime.heartbeat) after which the step is "
         "declared hung: stacks saved, ranks named, the step ended.", flag="--hang-timeout",
     )  # fmt: skip
+    hang_on_quiet: bool = _field(
+        False, fields.boolean,
+        "Also count the job's output as progress, for scripts that do not call "
+        "runtime.heartbeat: quiet for hang_timeout_s is a hang (stacks by py-spy).",
+    )  # fmt: skip
     rdzv_timeout_s: int = _field(
         120, fields.int_range(10, 3600),
         "Seconds the rendezvous and the first all-reduce may take.", flag="--rdzv-timeout",
