@@ -62,6 +62,7 @@ def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
     assert "starting it again on the same nodes (restart 1 of at most 1)" in followed.stdout
     status = run_cli("status", job_id, env=env).stdout
     assert "restarts: 0" in status  # Slurm's: it never went back to the queue
+    assert "step restarted in attempt 0 after a hang: training again " in status, status
     hung = run_dir / "logs" / "attempt-0" / f"{protocol.HEARTBEAT_DIR}-hung-1"
     assert (hung / protocol.HANG_FILE).read_text().startswith("hang at step 29")
     assert "(most recent call first)" in (hung / "rank-1.stack").read_text()

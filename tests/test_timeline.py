@@ -9,6 +9,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from clustertrain import events, runs
 from clustertrain.render import render
 from clustertrain.runs import timeline
@@ -112,6 +114,35 @@ def test_malformed_events_are_left_out(tmp_path: Path) -> None:
     assert events.read(path) == [events.Event(6.0, "step", 0, {"step": 4})]
     (tmp_path / "link.jsonl").symlink_to(path)
     assert events.read(tmp_path / "link.jsonl") == []
+
+
+def test_a_step_restarted_after_a_hang_loses_only_what_followed_its_last_checkpoint() -> None:
+    seen = [
+        events.Event(100.0, "started", 0, {}),
+        events.Event(104.0, "rendezvous", 0, {}),
+        events.Event(105.0, "step", 0, {"step": 1}),
+        events.Event(110.0, "checkpoint", 0, {}),
+        events.Event(112.0, "step", 0, {"step": 9}),
+        events.Event(130.0, "hang", 0, {"step": 9, "seconds": 16.0}),
+        events.Event(130.1, "restarted", 0, {"why": "hang"}),
+        events.Event(134.0, "rendezvous", 0, {}),
+        events.Event(135.0, "step", 0, {"step": 10}),
+        events.Event(150.0, "ended", 0, {"status": "0"}),
+    ]
+    (attempt,) = timeline.attempts(seen)
+    assert [(p.name, p.start, p.end) for p in attempt.phases()] == [
+        ("start-up", 100.0, 105.0),
+        ("training", 105.0, 110.0),
+        ("lost", 110.0, 130.1),  # after the last checkpoint, the hang included
+        ("start-up", 130.1, 135.0),
+        ("training", 135.0, 150.0),
+    ]
+    (restart,) = timeline.restarts([attempt])
+    assert (
+        restart.line()
+        == "step restarted in attempt 0 after a hang: training again 21 s after the fault"
+    )
+    assert timeline.goodput([attempt]) == pytest.approx(20 / 50)
 
 
 def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_path: Path) -> None:

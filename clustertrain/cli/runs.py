@@ -38,12 +38,14 @@ def status(job: str, runs_dir: str | None) -> None:
     if state.reason:
         click.echo(f"  reason: {state.reason}")
     click.echo(f"  run folder: {run.path}")
-    if not state.finished:
-        from clustertrain.runs import timeline
+    from clustertrain.runs import timeline
 
-        moving = timeline.progress(timeline.attempts(run.events(_warn)))
-        if moving is not None:
-            click.echo(f"  {moving.line()}")
+    attempts = timeline.attempts(run.events(_warn))
+    moving = timeline.progress(attempts) if not state.finished else None
+    if moving is not None:
+        click.echo(f"  {moving.line()}")
+    for restart in timeline.restarts(attempts):
+        click.echo(f"  {restart.line()}")
     final = run.final_metrics()
     if final is not None and isinstance(final.get("test_acc"), int | float):
         click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
@@ -52,7 +54,6 @@ def status(job: str, runs_dir: str | None) -> None:
 
         if said := hang(run):
             click.echo(f"  {said}")
-
         failure = first_failure(run)
         for line in failure.lines() if failure else []:
             click.echo(f"  {line}")

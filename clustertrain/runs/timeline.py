@@ -9,6 +9,7 @@ to redo (after the last checkpoint of an attempt that did not end cleanly) does 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from clustertrain.events import Event
@@ -57,21 +58,65 @@ class Attempt:
     def first(self, name: str) -> Event | None:
         return next((e for e in self.events if e.name == name), None)
 
+    def segments(self) -> list[tuple[Event, ...]]:
+        """The attempt's runs of its step: a hung step started again inside the allocation
+        (``restarted``) begins a new one."""
+        cuts = [i for i, e in enumerate(self.events) if e.name == "restarted" and i > 0]
+        bounds = [0, *cuts, len(self.events)]
+        return [self.events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
     def phases(self) -> list[Phase]:
-        """Start-up, training, and (when it did not end cleanly) the training lost after its
-        last checkpoint."""
-        ready = next(
-            (e.time for e in self.events if e.name in PROGRESS or e.name == "data_ready"),
-            self.end,
-        )
-        phases = [Phase("start-up", self.start, ready)]
-        saved = [e.time for e in self.events if e.name == "checkpoint"]
-        # An attempt that did not end cleanly keeps only what its last checkpoint holds.
-        useful_end = self.end if self.clean else max(saved[-1] if saved else ready, ready)
-        phases.append(Phase("training", ready, useful_end))
-        if useful_end < self.end:
-            phases.append(Phase("lost", useful_end, self.end))
+        """Per run of the step: start-up, training, and (when it did not end cleanly: a step
+        that hung, an attempt that did not end well) the training lost after its last
+        checkpoint."""
+        runs = self.segments()
+        phases = []
+        for index, events in enumerate(runs):
+            last = index == len(runs) - 1
+            end = self.end if last else runs[index + 1][0].time
+            phases += _phases(events, end, clean=last and self.clean)
         return [p for p in phases if p.seconds > 0]
+
+
+def _phases(events: tuple[Event, ...], end: float, clean: bool) -> list[Phase]:
+    ready = next((e.time for e in events if e.name in PROGRESS or e.name == "data_ready"), end)
+    saved = [e.time for e in events if e.name == "checkpoint"]
+    # A run that did not end cleanly keeps only what its last checkpoint holds.
+    useful_end = end if clean else max(saved[-1] if saved else ready, ready)
+    phases = [Phase("start-up", events[0].time, ready), Phase("training", ready, useful_end)]
+    return phases + ([Phase("lost", useful_end, end)] if useful_end < end else [])
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A step started again inside the allocation: why, and what it cost."""
+
+    attempt: int
+    why: str
+    fault: float  # when the step stopped making progress (its last heartbeat), if known
+    training_again: float | None  # the first progress after the restart
+
+    def line(self) -> str:
+        back = (
+            f"training again {self.training_again - self.fault:.0f} s after the fault"
+            if self.training_again is not None
+            else "no progress since"
+        )
+        return f"step restarted in attempt {self.attempt} after a {self.why}: {back}"
+
+
+def restarts(runs: list[Attempt]) -> list[Restart]:
+    """Every in-allocation restart of every attempt, in order."""
+    found = []
+    for attempt in runs:
+        for events in attempt.segments()[1:]:
+            before = [e for e in attempt.events if e.time <= events[0].time]
+            hang = next((e for e in reversed(before) if e.name == "hang"), None)
+            fault = hang.time - hang.values.get("seconds", 0.0) if hang else events[0].time
+            again = next((e.time for e in events if e.name in PROGRESS), None)
+            why = str(events[0].values.get("why", "failure"))
+            found.append(Restart(attempt.number, why, fault, again))
+    return found
 
 
 def attempts(events: list[Event]) -> list[Attempt]:
