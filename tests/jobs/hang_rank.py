@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from clustertrain import runtime
+from clustertrain import events, runtime
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -21,5 +21,6 @@ for step in range(1, 61):
         time.sleep(3600)  # the odd rank out
     dist.all_reduce(value)  # its peers wait here
     runtime.heartbeat(step)
+    events.record("step", step=step)  # what status and plot read
     time.sleep(0.05)
 runtime.finish()
