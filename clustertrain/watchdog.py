@@ -169,14 +169,24 @@ def dump(folder: Path) -> None:
         if spy is None:
             out.write_text("no stack: py-spy is not installed on this node (pip install py-spy)\n")
             continue
-        done = subprocess.run([spy, "dump", "--pid", pid], capture_output=True, text=True)
-        out.write_text(done.stdout or f"no stack: py-spy said {done.stderr.strip()[:300]}\n")
+        out.write_text(_py_spy(spy, pid))
+
+
+def _py_spy(spy: str, pid: str) -> str:
+    """py-spy's stacks of ``pid``, with full file names: the user's own frames are told from
+    the libraries' by them."""
+    argv = [spy, "dump", "--full-filenames", "--pid", pid]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return done.stdout or f"no stack: py-spy said {done.stderr.strip()[:300]}\n"
 
 
 def _ranks_here(folder: Path) -> list[tuple[str, int]]:
     """(pid, rank) of this node's processes that are ranks of the step ``folder`` belongs to:
-    the launcher gives each a RANK and a LOCAL_RANK, and the batch script the folder."""
+    the launcher gives each a RANK and a LOCAL_RANK, the batch script the folder, and Slurm the
+    node's name. The name matters where nodes share a process table (the local cluster's
+    namespaces do): two py-spy attached to one rank at once leave one of them with no stack."""
     wanted = f"{protocol.ENV_HEARTBEAT_DIR}={folder}".encode()
+    node = f"SLURMD_NODENAME={os.environ.get('SLURMD_NODENAME', '')}".encode()
     found = []
     for proc in Path("/proc").iterdir():
         try:
@@ -184,11 +194,8 @@ def _ranks_here(folder: Path) -> list[tuple[str, int]]:
         except OSError:
             continue
         rank = next((e[5:] for e in environ if e.startswith(b"RANK=")), b"")
-        if (
-            wanted in environ
-            and rank.isdigit()
-            and any(e.startswith(b"LOCAL_RANK=") for e in environ)
-        ):
+        ours = wanted in environ and node in environ
+        if ours and rank.isdigit() and any(e.startswith(b"LOCAL_RANK=") for e in environ):
             found.append((proc.name, int(rank)))
     return found
 

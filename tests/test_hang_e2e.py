@@ -30,7 +30,7 @@ def test_a_hung_rank_ends_the_job_named_with_every_ranks_stack(
     started = time.monotonic()
     job_id, run_dir = submit(
         env, "--script", SCRIPT, "--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2",
-        "--hang-timeout", "15",
+        "--hang-timeout", "10",
     )  # fmt: skip
     followed = follow(env, job_id)
     took = time.monotonic() - started
@@ -44,7 +44,7 @@ def test_a_hung_rank_ends_the_job_named_with_every_ranks_stack(
     beats = run_dir / "logs" / "attempt-0" / protocol.HEARTBEAT_DIR
     for rank in range(4):
         assert "(most recent call first)" in (beats / f"rank-{rank}.stack").read_text()
-    print(f"hang declared and the job ended {took:.0f} s after submission (timeout 15 s)")
+    print(f"hang declared and the job ended {took:.0f} s after submission (timeout 10 s)")
 
 
 def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
@@ -55,7 +55,7 @@ def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
     env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
     job_id, run_dir = submit(
         env, "--script", SCRIPT, "--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2",
-        "--hang-timeout", "15", "--max-restarts", "1",
+        "--hang-timeout", "10", "--max-restarts", "1",
     )  # fmt: skip
     followed = follow(env, job_id)
     assert followed.returncode == 0 and "COMPLETED" in followed.stderr, followed.stdout[-2000:]
@@ -77,7 +77,7 @@ def test_a_plain_scripts_hang_is_found_from_its_quiet_output_with_py_spys_stacks
     env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
     job_id, run_dir = submit(
         env, "--script", QUIET, "--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2",
-        "--hang-timeout", "15", "--hang-on-quiet",
+        "--hang-timeout", "10", "--hang-on-quiet",
     )  # fmt: skip
     followed = follow(env, job_id)
     assert followed.returncode != 0 and "FAILED" in followed.stderr, followed.stdout[-2000:]
