@@ -44,23 +44,32 @@ _LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen ")
 
 def progress(folder: Path, quiet: bool) -> tuple[dict[int, int], float | None]:
     """Each beating rank's newest step, and when anything last moved: a heartbeat, or with
-    ``quiet`` a line of the step's output (the node logs beside ``folder``)."""
+    ``quiet`` a line of the step's output (the node logs beside ``folder``), counted from the
+    first line a rank wrote: the launchers' own lines before it are start-up, not progress."""
     steps, newest = {}, None
     files = [(path, _BEAT.fullmatch(path.name)) for path in folder.glob("rank-*")]
     if quiet:
-        files += [(path, None) for path in folder.parent.glob("*.out")]
-        files += [(path, None) for path in folder.parent.glob("*.err")]
+        files += [(path, None) for path in sorted(folder.parent.glob("*.out"))]
+        files += [(path, None) for path in sorted(folder.parent.glob("*.err"))]
     for path, rank in files:
         try:
             info = path.stat()
             if rank is not None:
                 steps[int(rank[1])] = int(path.read_text().strip() or 0)
-            elif info.st_size == 0:
+            elif not _ranks_wrote(path):
                 continue
         except (OSError, ValueError):
             continue
         newest = info.st_mtime if newest is None else max(newest, info.st_mtime)
     return steps, newest
+
+
+def _ranks_wrote(log: Path) -> bool:
+    """Whether a node log holds a rank's line (the launcher prefixes them, protocol)."""
+    with open(log, "rb") as handle:
+        handle.seek(max(0, log.stat().st_size - (64 << 10)))
+        tail = handle.read().decode("utf-8", "replace")
+    return any(protocol.RANK_PREFIX.match(line) for line in tail.splitlines())
 
 
 def where(stack: str) -> str | None:

@@ -98,8 +98,9 @@ def test_a_step_whose_ranks_never_beat_is_never_declared_hung(tmp_path: Path) ->
 
 def test_with_quiet_output_counts_as_progress_and_its_silence_is_a_hang(tmp_path: Path) -> None:
     """hang_on_quiet, for scripts without the runtime library: the node logs' last line."""
-    (tmp_path / "node1.err").write_text("")  # an empty file is no progress
-    (tmp_path / "node1.out").write_text("step 29\n")
+    (tmp_path / "node1.err").write_text("launcher: starting\n")  # a launcher's own: start-up
+    assert watchdog.progress(tmp_path / "beats", quiet=True) == ({}, None)
+    (tmp_path / "node1.out").write_text("[rank0]: step 29\n")
     steps, newest = watchdog.progress(tmp_path / "beats", quiet=True)
     assert steps == {} and newest == (tmp_path / "node1.out").stat().st_mtime
     assert watchdog.progress(tmp_path / "beats", quiet=False) == ({}, None)

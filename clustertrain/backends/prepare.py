@@ -35,6 +35,14 @@ class PrepareError(UserError):
     """A prepare command failed or was interrupted: nothing was queued."""
 
 
+class _Interrupted(Exception):
+    """The user interrupted a running command, which was then ended with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 def environment(spec: JobSpec, base: Mapping[str, str]) -> dict[str, str]:
     """``base`` with the job's virtual environment first on PATH and the job's ``env`` set,
     as the nodes will have them (the offline switches are not: this step is the one online)."""
@@ -52,7 +60,15 @@ def run(spec: JobSpec, workdir: str, out: IO[str] | None = None) -> BinaryIO:
     env = environment(spec, os.environ)
     try:
         for command in spec.prepare:
-            _run_one(command, workdir, env, out, log)
+            try:
+                _run_one(command, workdir, env, out, log)
+            except (KeyboardInterrupt, _Interrupted) as exc:
+                # Ctrl-C may come before the command started as well as while it runs.
+                status = exc.status if isinstance(exc, _Interrupted) else "none: not started"
+                raise PrepareError(
+                    f"prepare: `{shlex.join(command)}` was interrupted (exit status {status}); "
+                    "nothing was queued; run the submission again to prepare afresh"
+                ) from None
     except BaseException:
         log.close()
         raise
@@ -92,11 +108,7 @@ def _run_one(
             out.flush()
         status = proc.wait()
     except KeyboardInterrupt:
-        status = _stop(proc)
-        raise PrepareError(
-            f"prepare: `{shown}` was interrupted (exit status {status}); nothing was queued; "
-            "run the submission again to prepare afresh"
-        ) from None
+        raise _Interrupted(_stop(proc)) from None
     if status != 0:
         how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
         said = f": {last}" if last else " without a word"
