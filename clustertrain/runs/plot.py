@@ -21,6 +21,16 @@ from clustertrain.runs import Run, tasks, timeline
 from clustertrain.spec import sweep
 
 Warn = Callable[[str], None] | None
+# Events drawn as marks on their attempt's lane: a hang where it was declared, a restart of the
+# step inside the allocation where it began.
+MARKS = {
+    "checkpoint": "kv",
+    "signal": "r*",
+    "requeued": "b^",
+    "node_check": "k|",
+    "hang": "mX",
+    "restarted": "m>",
+}
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {
     "queued": "#d9d9d9",
@@ -122,6 +132,8 @@ def _curves(
 ) -> None:
     for metric, kinds in (("loss", ("step",)), ("test_acc", ("epoch",))):
         points = [e for e in attempt.events if e.name in kinds and metric in e.values]
+        if not points:  # nothing to draw: no empty line in the legend either
+            continue
         scale = 100 if metric == "test_acc" else 1
         ys = [scale * e.values[metric] for e in points]
         steps = [e.values.get("step", 0) for e in points]
@@ -154,11 +166,10 @@ def _lanes(ax: Any, found: list[events.Event], runs: list[timeline.Attempt], ori
         for phase in attempt.phases():
             bar(attempt.number, phase)
         for event in attempt.events:
-            if event.name in ("checkpoint", "signal", "requeued", "node_check"):
-                style = {"checkpoint": "kv", "signal": "r*", "requeued": "b^", "node_check": "k|"}
+            if event.name in MARKS:
                 label = event.name if event.name not in seen else None
                 seen.add(event.name)
-                ax.plot(event.time - origin, attempt.number, style[event.name], ms=8, label=label)
+                ax.plot(event.time - origin, attempt.number, MARKS[event.name], ms=8, label=label)
         ax.text(attempt.end - origin, attempt.number, f"  {attempt.how}", va="center", fontsize=9)
     ax.set_yticks([a.number for a in runs], [f"attempt {a.number}" for a in runs])
     if runs:  # room on the right for the last attempt's "ended ..."
