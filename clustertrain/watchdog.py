@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from clustertrain import events, protocol
+from clustertrain.procs import proc_stat
 
 # After the dump signal, how long the ranks have to write their stacks; how long py-spy may take
 # on every node; after SIGTERM, how long srun has to end the step before SIGKILL.
@@ -125,11 +126,8 @@ def _ranks(ranks: list[int]) -> str:
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not: it ended, and only waits to be reaped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
 
 
 def declare(folder: Path, steps: dict[int, int], newest: float, srun_pid: int) -> str:

@@ -34,7 +34,7 @@ SWEEP_CYCLES = 3
 QUIET_AFTER_S = 5.0
 RESCAN_S = 2.0
 MAX_PARTIAL = 1 << 20
-_ATTEMPT = re.compile(re.escape(protocol.ATTEMPT_DIR) + r"(\d+)")
+ATTEMPT = re.compile(re.escape(protocol.ATTEMPT_DIR) + r"(\d+)")
 _NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
 
 
@@ -70,7 +70,7 @@ def _scan(
     found: list[LogFile] = []
     for entry in _entries(str(logs)):
         found.extend(_batch_log(entry, job_id))
-        attempt = _ATTEMPT.fullmatch(entry.name)
+        attempt = ATTEMPT.fullmatch(entry.name)
         if attempt and entry.is_dir(follow_symlinks=False) and list_attempt(entry):
             found.extend(_node_logs(entry.path, int(attempt[1]), known))
     return sorted(found, key=lambda log: log.key)

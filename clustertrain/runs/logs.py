@@ -21,7 +21,7 @@ from clustertrain import protocol
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import JobState
 from clustertrain.runs import Run, fold, tasks
-from clustertrain.runs.follow import CYCLE_S, LogFile, Tail, list_log_files
+from clustertrain.runs.follow import ATTEMPT, CYCLE_S, LogFile, Tail, list_log_files
 
 _RANK_PREFIX = protocol.RANK_PREFIX
 _LOCAL_RANK_PREFIX = protocol.LOCAL_RANK_PREFIX
@@ -131,11 +131,9 @@ class Failure:
 def hang(run: Run) -> str | None:
     """What the watchdog said of the newest attempt that hung (clustertrain.watchdog)."""
     found = None
-    for folder in sorted(run.logs_dir.glob(f"{protocol.ATTEMPT_DIR}*"), key=_attempt_number):
-        # The attempt's last step, else the newest one restarted after a hang.
-        hung = sorted(
-            folder.glob(f"{protocol.HEARTBEAT_DIR}-hung-*"), key=lambda p: p.stat().st_mtime
-        )
+    for folder in _numbered(run.logs_dir, ATTEMPT):
+        # The steps restarted after a hang in order (heartbeats-hung-K), then the last one.
+        hung = _numbered(folder, re.compile(re.escape(protocol.HEARTBEAT_DIR) + r"-hung-(\d+)"))
         for beats in [*hung, folder / protocol.HEARTBEAT_DIR]:
             try:
                 said = read_regular(beats / protocol.HANG_FILE, 64 << 10)
@@ -145,9 +143,13 @@ def hang(run: Run) -> str | None:
     return printable(found) if found else None
 
 
-def _attempt_number(folder: Path) -> int:
-    number = folder.name.removeprefix(protocol.ATTEMPT_DIR)
-    return int(number) if number.isdigit() else -1
+def _numbered(folder: Path, name: re.Pattern[str]) -> list[Path]:
+    """The subfolders of ``folder`` whose names ``name`` matches, by the number it captures."""
+    try:
+        found = [(m, p) for p in folder.iterdir() if (m := name.fullmatch(p.name))]
+    except OSError:
+        return []
+    return [p for m, p in sorted(found, key=lambda pair: int(pair[0][1]))]
 
 
 def first_failure(run: Run) -> Failure | None:
