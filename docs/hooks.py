@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from clustertrain.cli.options import _flag_name, default_text
+from clustertrain.cli.options import default_text, flag_name
 from clustertrain.spec import JobSpec
 
 # The table replaces what lies between these (a note for readers of the plain Markdown).
@@ -25,7 +25,7 @@ def _cell(text: str) -> str:
 def _flag(field: dataclasses.Field[Any]) -> str:
     if field.metadata["flag"] is None:
         return "after `--` on the command line"
-    flag = _flag_name(field)
+    flag = flag_name(field)
     if isinstance(field.default, bool):
         return f"`{flag}` / `--no-{flag[2:]}`"
     metavar = field.metadata["metavar"] or ("N" if str(field.type).startswith("int") else "")

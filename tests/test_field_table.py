@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustertrain.cli.options import SPEC_FLAGS
+from clustertrain.cli.options import SPEC_FLAGS, flag_name
 from clustertrain.errors import FieldError
 from clustertrain.spec import FIELDS, VALIDATORS, JobSpec, build_spec
 from clustertrain.spec.jobfile import Plain
@@ -50,7 +50,7 @@ def test_every_field_but_args_has_a_flag_whose_help_states_the_fields_default() 
     entries = _help_entries()
     assert sorted(f.name for f in SPEC_FLAGS) == sorted(set(FIELDS) - {"args"})
     for field in SPEC_FLAGS:
-        flag = field.metadata["flag"] or "--" + field.name.replace("_", "-")
+        flag = flag_name(field)
         stated = re.findall(r"\(default: (.*)\)$", entries[flag])
         expected = field.metadata["default_text"]
         if expected is None and isinstance(field.default, bool):
@@ -64,7 +64,7 @@ def test_every_field_but_args_has_a_flag_whose_help_states_the_fields_default() 
 @pytest.mark.parametrize("name", [f.name for f in SPEC_FLAGS])
 def test_a_flag_with_a_very_long_value_is_one_line_and_exit_2(name: str) -> None:
     field = next(f for f in SPEC_FLAGS if f.name == name)
-    flag = field.metadata["flag"] or "--" + name.replace("_", "-")
+    flag = flag_name(field)
     value = "9" * 5000
     argv = [flag] if isinstance(field.default, bool) else [flag, value]
     done = run_cli("submit", *argv, "--sweep", "x=1", "--dry-run")

@@ -21,7 +21,7 @@ def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-def _flag_name(field: dataclasses.Field[Any]) -> str:
+def flag_name(field: dataclasses.Field[Any]) -> str:
     return str(field.metadata["flag"] or "--" + field.name.replace("_", "-"))
 
 
@@ -43,7 +43,7 @@ def _help(field: dataclasses.Field[Any]) -> str:
 
 def _spec_option(field: dataclasses.Field[Any]) -> Callable[..., Any]:
     """The flag of one spec field, built from its declaration (clustertrain.spec._field)."""
-    flag, help_text, metavar = _flag_name(field), _help(field), field.metadata["metavar"]
+    flag, help_text, metavar = flag_name(field), _help(field), field.metadata["metavar"]
     if isinstance(field.default, bool):
         return click.option(f"{flag}/--no-{flag[2:]}", field.name, default=None, help=help_text)
     if isinstance(field.default, tuple):

@@ -41,12 +41,13 @@ def render_template(name: str, folder: Path = JOB_TEMPLATES, **context: Any) -> 
     source = (folder / name).read_text(encoding="utf-8")
     code = _compiled(name, source, folder)
     if code is None:
-        return environment(folder).get_template(name).render(**context)
+        return render_with_jinja(name, folder, **context)
     return jinja_runtime.run(code, context, FILTERS)
 
 
 def render_with_jinja(name: str, folder: Path = JOB_TEMPLATES, **context: Any) -> str:
-    """The same text, rendered by Jinja2 itself (what the tests compare with)."""
+    """The same text, rendered by Jinja2 itself: what a template the stand-in cannot run gets,
+    and what the tests compare with."""
     return environment(folder).get_template(name).render(**context)
 
 
