@@ -1,9 +1,10 @@
 """What a job did and when: one JSON line per event in the run folder's ``events.jsonl``.
 
-Three writers append to the same file: ``submit`` (``queued``), the batch script (``started``,
-``node_check``, ``signal``, ``requeued``, ``ended``, in bash: the template
-``clustertrain/render/templates/sbatch.sh.j2``) and rank 0 through :func:`record` (``rendezvous``,
-``data_ready``, ``step``, ``epoch``, ``checkpoint``, ``stop``). Each line is one small ``write`` on
+Four writers append to the same file: ``submit`` (``queued``), the batch script (``started``,
+``node_check``, ``signal``, ``requeued``, ``restarted``, ``ended``, in bash: the template
+``clustertrain/render/templates/sbatch.sh.j2``), its watchdog (``hang``, ``node_lost``) and rank 0
+through :func:`record` (``rendezvous``, ``data_ready``, ``step``, ``epoch``, ``checkpoint``,
+``stop``). Each line is one small ``write`` on
 a file opened for appending, which a local filesystem keeps whole. The names are :data:`NAMES`;
 ``plot`` and ``status`` read them back with :func:`read`, which trusts nothing in the file: a run
 folder is anyone's.
@@ -36,6 +37,7 @@ NAMES = (
     "stop",
     "requeued",
     "hang",
+    "node_lost",
     "restarted",
     "ended",
 )

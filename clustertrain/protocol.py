@@ -56,6 +56,16 @@ HEARTBEAT_DIR = "heartbeats"
 DUMP_SIGNAL = "WINCH"
 HANG_FILE = "hang.txt"
 
+# Spare nodes (spare_nodes): the batch script trains on the nodes named in ENV_ACTIVE_NODES (a
+# comma list) and holds the others. Each of them touches <HEARTBEAT_DIR>/BEACON_PREFIX<node>
+# every BEACON_S seconds while its launcher runs; a beacon that goes quiet sends the watchdog to
+# its roll call (clustertrain.rollcall), which writes the nodes that did not answer in LOST_FILE
+# there, one per line, and ends the step; the batch script starts it again on a spare.
+ENV_ACTIVE_NODES = "CLUSTERTRAIN_NODES"
+BEACON_PREFIX = "node-"
+BEACON_S = 1
+LOST_FILE = "lost-nodes"
+
 # The launch script sets these on each node to the interface of its route to the head node
 # (``python -m clustertrain.netif``), unless the job sets them (socket_ifname).
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")

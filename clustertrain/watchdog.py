@@ -9,6 +9,11 @@ and would wait until the time limit), the watchdog takes every rank's stacks, wr
 wait in ``HANG_FILE`` (e.g. ``ranks 0, 2-3 in all_reduce (loop.py:133); rank 1 in step
 (train.py:30)``), and ends srun. A step that never made progress is never declared hung.
 
+With spare nodes (``protocol.ENV_ACTIVE_NODES`` set), it also watches the nodes' beacons: a
+node that goes quiet sends it to the roll call (clustertrain.rollcall), and a node that does not
+answer is named in ``LOST_FILE`` and the step ended at once, so that the batch script can start
+it again on a spare instead of waiting minutes for Slurm's verdict on the node.
+
 Stacks: ranks with the runtime library write their own through faulthandler on
 ``DUMP_SIGNAL`` (even inside a C call); for the others, ``python -m clustertrain.watchdog dump``
 runs on every node (an overlapping step) and takes them with ``py-spy dump``. Each file says
@@ -27,12 +32,14 @@ import sys
 import time
 from pathlib import Path
 
-from clustertrain import events, protocol
+from clustertrain import events, protocol, rollcall
 from clustertrain.procs import proc_stat
 
 # After the dump signal, how long the ranks have to write their stacks; how long py-spy may take
 # on every node; after SIGTERM, how long srun has to end the step before SIGKILL.
 DUMP_WAIT_S, PY_SPY_WAIT_S, STOP_WAIT_S = 5.0, 60.0, 30.0
+# A step with a lost node: srun waits for that node's answer, which will not come.
+LOST_STOP_WAIT_S = 2.0
 _BEAT = re.compile(r"rank-(\d+)")
 _STACK = re.compile(r"rank-(\d+)\.stack")
 # A frame as faulthandler writes it, and as py-spy does.
@@ -147,8 +154,41 @@ def declare(folder: Path, steps: dict[int, int], newest: float, srun_pid: int) -
     (folder / protocol.HANG_FILE).write_text(said + "\n")
     events.record("hang", step=max(steps.values(), default=0), seconds=quiet_s)
     print(f"clustertrain: {said}; stacks in {folder}; ending the step", flush=True)
+    # A node cut off from the others hangs them too: with spares, the restart goes without it.
+    if (active := _active_nodes()) and (lost := rollcall.call(active)):
+        _name_lost(folder, lost, {node: newest for node in lost})
     _stop(srun_pid)
     return said
+
+
+def lose(folder: Path, lost: dict[str, str], heard: dict[str, float], srun_pid: int) -> None:
+    """Name the nodes that did not answer the roll call and end the step now: the batch script
+    starts it again on a spare."""
+    _name_lost(folder, lost, heard)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if job:  # the step's tasks on the healthy nodes: srun cannot end them while it waits
+        listed = subprocess.run(
+            ["squeue", "--steps", f"--jobs={job}", "--noheader", "--format=%i"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        steps = [s for s in listed.stdout.split() if s.partition(".")[2].isdigit()]
+        if steps:  # not waited for: slurmctld tries the lost node for MessageTimeout first
+            subprocess.Popen(["scancel", "--signal=KILL", *steps], stdout=subprocess.DEVNULL)
+    _stop(srun_pid, LOST_STOP_WAIT_S)
+
+
+def _name_lost(folder: Path, lost: dict[str, str], heard: dict[str, float]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / protocol.LOST_FILE).write_text("".join(f"{node}\n" for node in lost))
+    since = time.time() - min(heard.get(node, time.time()) for node in lost)
+    events.record("node_lost", nodes=",".join(lost), seconds=since)
+    for node, why in lost.items():
+        print(f"clustertrain: {node} is lost: it did not answer the roll call ({why})", flush=True)
+
+
+def _active_nodes() -> list[str]:
+    """The nodes the step trains on, where the job holds spares (the batch script's list)."""
+    return [node for node in os.environ.get(protocol.ENV_ACTIVE_NODES, "").split(",") if node]
 
 
 def _all_stacks(folder: Path, steps: dict[int, int]) -> bool:
@@ -159,7 +199,11 @@ def _all_stacks(folder: Path, steps: dict[int, int]) -> bool:
 def _py_spy_on_every_node(folder: Path) -> None:
     """``dump`` on every node of the job, beside the hung step (``--overlap``)."""
     nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
-    argv = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
+    argv = ["srun", "--overlap", "--ntasks-per-node=1"]
+    if active := _active_nodes():  # the step's nodes, not the spares
+        nodes = str(len(active))
+        argv.append(f"--nodelist={','.join(active)}")
+    argv += [f"--nodes={nodes}", f"--ntasks={nodes}"]
     argv += [sys.executable, "-m", "clustertrain.watchdog", "dump", str(folder)]
     with contextlib.suppress(subprocess.TimeoutExpired):  # what was taken by then is kept
         subprocess.run(argv, check=False, timeout=PY_SPY_WAIT_S, stdout=subprocess.DEVNULL)
@@ -207,9 +251,9 @@ def _ranks_here(folder: Path) -> list[tuple[str, int]]:
     return found
 
 
-def _stop(pid: int) -> None:
+def _stop(pid: int, term_wait_s: float = STOP_WAIT_S) -> None:
     """End srun (and with it the step's tasks on every node): TERM, then KILL."""
-    for signum, wait_s in ((signal.SIGTERM, STOP_WAIT_S), (signal.SIGKILL, 0.0)):
+    for signum, wait_s in ((signal.SIGTERM, term_wait_s), (signal.SIGKILL, 0.0)):
         if not _alive(pid):
             return
         os.kill(pid, signum)
@@ -221,13 +265,24 @@ def _stop(pid: int) -> None:
 def watch(
     folder: Path, timeout_s: float, srun_pid: int, quiet: bool = False, poll_s: float | None = None
 ) -> None:
-    """Until srun ends: declare a hang once the newest progress is ``timeout_s`` old."""
-    poll_s = poll_s or min(5.0, timeout_s / 4)
+    """Until srun ends: declare a hang once the newest progress is ``timeout_s`` old; with
+    spare nodes, end the step as soon as one of its nodes is lost."""
+    active, started, next_call = _active_nodes(), time.time(), 0.0
+    poll_s = poll_s or min(5.0, timeout_s / 4, *([protocol.BEACON_S] if active else []))
     while _alive(srun_pid):
         steps, newest = progress(folder, quiet)
         if newest is not None and time.time() - newest > timeout_s:
             declare(folder, steps, newest, srun_pid)
             return
+        if (
+            active
+            and time.monotonic() >= next_call
+            and (heard := rollcall.silent(folder, active, started))
+        ):
+            if lost := rollcall.call(list(heard)):
+                lose(folder, lost, heard, srun_pid)
+                return
+            next_call = time.monotonic() + rollcall.ANSWER_S  # they answered: ask again later
         time.sleep(poll_s)
 
 

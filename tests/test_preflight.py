@@ -24,6 +24,11 @@ CLUSTER = ClusterInfo("slurm 22.05", parse_partitions(PARTITIONS), parse_nodes(S
         ({"partition": "nope"}, "partition: 'nope' does not exist; partitions here: debug, gpu"),
         ({"partition": "gpu"}, "partition: gpu is DOWN"),
         ({"nodes": 2, "gpus_per_node": 3}, "nodes: 2 requested but partition debug has only 1"),
+        # Spares are nodes the job holds too.
+        (
+            {"nodes": 2, "spare_nodes": 1},
+            "spare_nodes: 3 (2 nodes + 1 spare) requested but partition debug has only 2 usable",
+        ),
     ],
 )
 def test_impossible_requests_are_refused(request_: dict[str, object], names: str) -> None:
@@ -38,6 +43,8 @@ def test_limits_of_the_partition() -> None:
     )
     with pytest.raises(UserError, match="MaxNodes=2"):
         check(build_spec(partition="gpu", nodes=3), up)
+    with pytest.raises(UserError, match=r"spare_nodes: 3 \(2 nodes \+ 1 spare\) exceeds"):
+        check(build_spec(partition="gpu", nodes=2, spare_nodes=1), up)
     with pytest.raises(UserError, match="MaxTime=1-00:00:00"):
         check(build_spec(partition="gpu", time="2-00"), up)
 

@@ -72,6 +72,12 @@ CASES = {
         "offline": True,
         "env": {"WANDB_MODE": "disabled"},
     },
+    "spares-2x8": {  # two spare nodes; no spare left: requeue
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "spare_nodes": 2,
+        "requeue_on_node_failure": True,
+    },
     "sweep-2x1": {
         "nodes": 2,
         "sweep": {"lr": ["0.1", "0.2"], "seed": ["1", "2"], "note": ["it's"]},

@@ -145,6 +145,21 @@ def test_a_step_restarted_after_a_hang_loses_only_what_followed_its_last_checkpo
     assert timeline.goodput([attempt]) == pytest.approx(20 / 50)
 
 
+def test_a_step_restarted_on_a_spare_names_the_lost_node_and_counts_from_its_last_beacon() -> None:
+    seen = [
+        events.Event(100.0, "started", 0, {}),
+        events.Event(105.0, "step", 0, {"step": 1}),
+        events.Event(109.0, "node_lost", 0, {"nodes": "node2", "seconds": 8.0}),
+        events.Event(111.0, "restarted", 0, {"why": "node_lost"}),
+        events.Event(118.0, "step", 0, {"step": 2}),
+        events.Event(130.0, "ended", 0, {"status": "0"}),
+    ]
+    (restart,) = timeline.restarts(timeline.attempts(seen))
+    assert restart.line() == (
+        "step restarted in attempt 0 after node2 lost: training again 17 s after the fault"
+    )
+
+
 def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_path: Path) -> None:
     """One appended line of {"time": 1e308} made plot draw a 1e308-second axis and say 0 %
     goodput: events outside the job's window, or with values that are not finite, are dropped."""

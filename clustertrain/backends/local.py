@@ -157,6 +157,11 @@ class LocalBackend(Backend):
     def check(self, job: RenderedJob, preflight: bool = True) -> None:
         if job.spec.sweep:
             raise UserError("sweep: a local run is one job; submit a sweep to Slurm (job array)")
+        if job.spec.spare_nodes:
+            raise UserError(
+                f"spare_nodes: {job.spec.spare_nodes}: a local run has one node; "
+                "submit to Slurm to hold spare nodes"
+            )
         if job.spec.container_image:
             raise UserError(
                 f"container_image: a local run uses this machine's Python, not "

@@ -53,9 +53,9 @@ def check(spec: JobSpec, cluster: ClusterInfo) -> None:
         raise UserError(
             f"partition: {part.name} is {part.state}, not UP; try another of: {names}{skip}"
         )
-    if part.max_nodes is not None and spec.nodes > part.max_nodes:
+    if part.max_nodes is not None and spec.allocated_nodes > part.max_nodes:
         raise UserError(
-            f"nodes: {spec.nodes} exceeds partition {part.name}'s MaxNodes="
+            f"{_nodes_field(spec)}: {_nodes_text(spec)} exceeds partition {part.name}'s MaxNodes="
             f"{part.max_nodes}; ask for fewer nodes{skip}"
         )
     wanted_s = time_seconds(spec.time) or 0
@@ -85,12 +85,23 @@ def _check_nodes(spec: JobSpec, cluster: ClusterInfo, part: Partition) -> None:
                 f"of partition {part.name} have at most {most}: ask for {most} or fewer{skip}"
             )
     fitting = [n for n in members if all(have(n) >= wanted for _, wanted, have, _ in limits)]
-    if spec.nodes > len(fitting):
+    if spec.allocated_nodes > len(fitting):
         raise UserError(
-            f"nodes: {spec.nodes} requested but partition {part.name} has only "
-            f"{len(fitting)} usable node(s) that can each give {spec.gpus_per_node} "
+            f"{_nodes_field(spec)}: {_nodes_text(spec)} requested but partition {part.name} "
+            f"has only {len(fitting)} usable node(s) that can each give {spec.gpus_per_node} "
             f"GPU(s), {spec.cpus_per_task} CPU(s) and {wanted_mb} MB{skip}"
         )
+
+
+def _nodes_field(spec: JobSpec) -> str:
+    return "spare_nodes" if spec.spare_nodes else "nodes"
+
+
+def _nodes_text(spec: JobSpec) -> str:
+    """``2``, or with spares ``3 (2 nodes + 1 spare)``."""
+    if not spec.spare_nodes:
+        return str(spec.nodes)
+    return f"{spec.allocated_nodes} ({spec.nodes} nodes + {spec.spare_nodes} spare)"
 
 
 def memory_mb(text: str) -> int:

@@ -33,14 +33,27 @@ def cluster() -> None:
     help="namespaces: every node a host of its own on a private bridge; "
     "loopback: every node on 127.0.0.1 (where namespaces cannot be made).",
 )
-def up(nodes: int, cpus_per_node: int | None, gpus_per_node: int, network: str) -> None:
+@click.option(
+    "--slurmd-timeout",
+    type=click.IntRange(10, 3600),
+    default=30,
+    show_default=True,
+    help="Seconds a node may not answer before Slurm declares it down (sites: 300 or more).",
+)
+def up(
+    nodes: int, cpus_per_node: int | None, gpus_per_node: int, network: str, slurmd_timeout: int
+) -> None:
     """Install Slurm if needed and start a controller and one slurmd per node."""
 
     from clustertrain import cluster as local
 
     cpus = cpus_per_node or len(os.sched_getaffinity(0))
     layout = local.Layout(
-        nodes=nodes, cpus_per_node=cpus, gpus_per_node=gpus_per_node, network=network
+        nodes=nodes,
+        cpus_per_node=cpus,
+        gpus_per_node=gpus_per_node,
+        network=network,
+        slurmd_timeout_s=slurmd_timeout,
     )
     conf = local.up(layout)
     click.echo(f"export SLURM_CONF={conf}")

@@ -82,8 +82,8 @@ def _settings(layout: Layout, controller: str) -> Line:
         ("ReturnToService", "2"),
         ("SlurmctldTimeout", "30"),
         # A node that stops answering is "not responding" (and no longer scheduled) after one
-        # missed ping (every SlurmdTimeout/3 s), and DOWN with its jobs NODE_FAIL after 30 s.
-        ("SlurmdTimeout", "30"),
+        # missed ping (every SlurmdTimeout/3 s), and DOWN with its jobs NODE_FAIL after it.
+        ("SlurmdTimeout", str(layout.slurmd_timeout_s)),
         ("InactiveLimit", "0"),
         # scontrol show job still knows a job for an hour after it ends.
         ("MinJobAge", "3600"),

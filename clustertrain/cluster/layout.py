@@ -34,6 +34,9 @@ class Layout:
     base_port: int = 16817
     network: str = "namespaces"
     subnet: str = "10.77.0.0/24"
+    # How long a node may not answer before Slurm declares it DOWN (its jobs NODE_FAIL). Short
+    # here so that tests of a lost node are quick; sites keep Slurm's 300 s or more.
+    slurmd_timeout_s: int = 30
     state_dir: Path = field(default_factory=default_state_dir)
 
     def __post_init__(self) -> None:
@@ -43,6 +46,7 @@ class Layout:
             ("gpus_per_node", 0, 64),
             ("memory_mb_per_node", 1, 1 << 24),
             ("base_port", 1024, 65535 - self.nodes),
+            ("slurmd_timeout_s", 10, 3600),
         ]:
             value = getattr(self, name)
             if not isinstance(value, int) or not low <= value <= high:

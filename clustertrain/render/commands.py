@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from clustertrain import protocol
 from clustertrain.spec import JobSpec
 
 
@@ -33,7 +34,14 @@ def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tu
 
     ``--cpus-per-task`` again: srun of Slurm 22.05-23.02 does not inherit it from sbatch, and
     where CPUs are bound the step would get one CPU for every rank of the node.
+
+    With spare nodes, on the nodes the batch script chose, and ``--overlap``: a step with a lost
+    node holds its resources on the others until Slurm declares that node down (SlurmdTimeout),
+    and the step that replaces it must not wait for that.
     """
+    chosen: tuple[str, ...] = ()
+    if spec.spare_nodes:
+        chosen = ("--overlap", Expand(f"--nodelist=${protocol.ENV_ACTIVE_NODES}"))
     return (
         "srun",
         "--kill-on-bad-exit=1",
@@ -41,6 +49,7 @@ def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tu
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",
         f"--cpus-per-task={spec.cpus_per_task}",
+        *chosen,
         *options,
         *command,
     )

@@ -198,7 +198,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
     gpus = spec.gpus_per_node
     values: dict[str, str | None] = {
         "job-name": spec.name,
-        "nodes": str(spec.nodes),
+        "nodes": str(spec.allocated_nodes),
         "ntasks-per-node": "1",
         "cpus-per-task": str(spec.cpus_per_task),
         "time": spec.time,
@@ -228,6 +228,8 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
     # verdict: a step with a lost node ends only when Slurm declares the node down.
     switches = ["requeue" if spec.requeue_on_node_failure else "no-requeue"]
     switches += ["exclusive"] if spec.exclusive else []
+    # With spares, a lost node must not end the job: the batch script replaces it itself.
+    switches += ["no-kill"] if spec.spare_nodes else []
     flags = sorted(
         [f"--{key}={sbatch.quote(value)}" for key, value in values.items() if value is not None]
         + [f"--{switch}" for switch in switches],

@@ -96,7 +96,7 @@ class Run:
         if dropped and warn is not None:
             warn(
                 f"{self.events_path}: {dropped} line(s) left out: not an event, a value that is "
-                "not a finite number, or a time outside the job's own"
+                "not a finite number, or a time outside the job's own time window"
             )
         return found
 

@@ -29,6 +29,7 @@ MARKS = {
     "requeued": "b^",
     "node_check": "k|",
     "hang": "mX",
+    "node_lost": "rX",
     "restarted": "m>",
 }
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")

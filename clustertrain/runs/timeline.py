@@ -92,7 +92,7 @@ class Restart:
     """A step started again inside the allocation: why, and what it cost."""
 
     attempt: int
-    why: str
+    why: str  # "hang", or the lost nodes ("node2 lost")
     fault: float  # when the step stopped making progress (its last heartbeat), if known
     training_again: float | None  # the first progress after the restart
 
@@ -102,7 +102,7 @@ class Restart:
             if self.training_again is not None
             else "no progress since"
         )
-        return f"step restarted in attempt {self.attempt} after a {self.why}: {back}"
+        return f"step restarted in attempt {self.attempt} after {self.why}: {back}"
 
 
 def restarts(runs: list[Attempt]) -> list[Restart]:
@@ -111,12 +111,21 @@ def restarts(runs: list[Attempt]) -> list[Restart]:
     for attempt in runs:
         for events in attempt.segments()[1:]:
             before = [e for e in attempt.events if e.time <= events[0].time]
-            hang = next((e for e in reversed(before) if e.name == "hang"), None)
-            fault = hang.time - hang.values.get("seconds", 0.0) if hang else events[0].time
+            # The watchdog's event, which says how long before it the step stopped.
+            cause = next((e for e in reversed(before) if e.name in _FAULTS), None)
+            fault = cause.time - cause.values.get("seconds", 0.0) if cause else events[0].time
             again = next((e.time for e in events if e.name in PROGRESS), None)
-            why = str(events[0].values.get("why", "failure"))
-            found.append(Restart(attempt.number, why, fault, again))
+            found.append(Restart(attempt.number, _why(cause, events[0]), fault, again))
     return found
+
+
+_FAULTS = ("hang", "node_lost")
+
+
+def _why(cause: Event | None, restarted: Event) -> str:
+    if cause is not None and cause.name == "node_lost":
+        return f"{cause.values.get('nodes', 'a node')} lost"
+    return f"a {restarted.values.get('why', 'failure')}"
 
 
 def attempts(events: list[Event]) -> list[Attempt]:

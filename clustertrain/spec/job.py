@@ -123,6 +123,13 @@ class JobSpec:
     requeue_on_node_failure: bool = _field(
         False, fields.boolean, "A node lost mid-job: requeue without it and resume."
     )
+    # Nodes held beside ``nodes`` (--no-kill): a node lost mid-step is replaced by one of them
+    # inside the allocation, found by the batch script's own roll call (clustertrain.rollcall).
+    spare_nodes: int = _field(
+        0, fields.int_range(0, 64),
+        "Extra nodes held in the allocation: a node lost mid-step is replaced by a spare and the "
+        "step starts again from the last checkpoint, without a requeue.",
+    )  # fmt: skip
     node_check: bool = _field(
         True, fields.boolean, "Check every node's view of the head node before training."
     )
@@ -215,6 +222,11 @@ class JobSpec:
     def nproc_per_node(self) -> int:
         """Processes each node starts: one per GPU unless set, at least one on CPU-only nodes."""
         return self.procs_per_node or max(self.gpus_per_node, 1)
+
+    @property
+    def allocated_nodes(self) -> int:
+        """The nodes the job holds: those it trains on and its spares."""
+        return self.nodes + self.spare_nodes
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,106 @@
+"""The batch script's roll call, for jobs with spare nodes: which of the step's nodes are gone.
+
+A lost node does not end a step by itself: its peers fail or wait in a collective, and srun
+waits for Slurm's verdict on the node (SlurmdTimeout: 300 s by default, more at some sites).
+So every node of the step touches a beacon (protocol.BEACON_PREFIX + its name) each second while
+its launcher runs, and the watchdog (clustertrain.watchdog) calls :func:`silent` as it polls. A
+quiet beacon is only a suspicion, since a node whose launcher ended stops beating too; the roll
+call decides: one overlapping ``srun true`` on each node of the step at once, and a node whose
+srun fails or does not return within ``ANSWER_S`` is lost. Slurm's own ping does the same, a
+few minutes later.
+
+``python -m clustertrain.rollcall replace ACTIVE SPARES LOST_FILE`` is the batch script's
+arithmetic afterwards: it prints the nodes to train on next (``-`` when too few spares are
+left), the spares left, and the nodes the job keeps (those without the lost ones), each a comma
+list. The batch script shrinks the job to the last (``scontrol update JobId NodeList``): a job
+that still holds a lost node stays COMPLETING after its end until Slurm declares the node down.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from clustertrain import protocol
+
+# A beacon older than this is a suspicion; each srun of the roll call gets ANSWER_S. A killed
+# node's slurmd refuses at once and srun gives up after about 6 s; a cut link takes srun's
+# MessageTimeout (10 s by default), which the timeout cuts short.
+QUIET_S = 3.0 * protocol.BEACON_S
+ANSWER_S = 8.0
+
+
+def silent(folder: Path, nodes: list[str], started: float) -> dict[str, float]:
+    """The nodes whose beacon is older than QUIET_S, with when each was last heard from; a
+    node that never beat counts from ``started`` (the step's start)."""
+    now, quiet = time.time(), {}
+    for node in nodes:
+        try:
+            heard = (folder / f"{protocol.BEACON_PREFIX}{node}").stat().st_mtime
+        except OSError:
+            heard = started
+        if now - heard > QUIET_S:
+            quiet[node] = heard
+    return quiet
+
+
+def call(nodes: list[str], answer_s: float = ANSWER_S) -> dict[str, str]:
+    """Ask every node at once; the ones that did not answer, each with why."""
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        answers = dict(zip(nodes, pool.map(lambda node: _ask(node, answer_s), nodes), strict=True))
+    return {node: why for node, why in answers.items() if why is not None}
+
+
+def _ask(node: str, answer_s: float) -> str | None:
+    """None when ``node`` ran a task of this job; else what srun said."""
+    argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=answer_s)
+    except subprocess.TimeoutExpired:
+        return f"no answer in {answer_s:.0f} s"
+    if done.returncode == 0:
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    said = next((line for line in lines if "failure" in line or "error" in line), None)
+    return (said or f"srun exited {done.returncode}").removeprefix("srun: error: ")
+
+
+def replace(active: list[str], spares: list[str], lost: list[str]) -> tuple[list[str], list[str]]:
+    """The step's next nodes, in the allocation's order, and the spares left. Raises
+    LookupError when too few spares are left to replace the lost nodes."""
+    kept = [node for node in active if node not in lost]
+    usable = [node for node in spares if node not in lost]
+    needed = len(active) - len(kept)
+    if needed > len(usable):
+        raise LookupError(f"{needed} node(s) lost and {len(usable)} spare(s) left")
+    return kept + usable[:needed], usable[needed:]
+
+
+def _words(text: str) -> list[str]:
+    """Node names from a comma list or lines; ``-`` is the batch script's "none"."""
+    return [word for word in text.replace(",", " ").split() if word != "-"]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4 or argv[0] != "replace":
+        print(
+            "usage: python -m clustertrain.rollcall replace ACTIVE SPARES LOST_FILE",
+            file=sys.stderr,
+        )
+        return 2
+    active, spares, lost = _words(argv[1]), _words(argv[2]), _words(Path(argv[3]).read_text())
+    kept = [node for node in active + spares if node not in lost]
+    try:
+        nodes, spares = replace(active, spares, lost)
+    except LookupError as error:
+        print(f"clustertrain: {', '.join(lost)} lost: {error}", file=sys.stderr)
+        nodes, spares = ["-"], ["-"]
+    print(",".join(nodes), ",".join(spares) or "-", ",".join(kept))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""A node lost mid-job with a spare in the allocation, on the local cluster with Slurm's verdict
+on a silent node as slow as at a real site (SlurmdTimeout=300): the batch script's roll call
+finds the node, the step starts again on the healthy node and the spare from the last
+checkpoint, and the job ends COMPLETED without a requeue, as an uninterrupted run would."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clustertrain import api, protocol
+from clustertrain import cluster as local
+from tests.conftest import run_cli
+from tests.test_node_failure_e2e import _second_node
+from tests.test_preemption import RUN_TIMEOUT_S, SLURM_ARGS, _assert_same_run, _attempt_log, _wait
+from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+SITE_SLURMD_TIMEOUT_S = 300
+JOB = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--spare-nodes", "1"]
+
+
+@pytest.fixture
+def site_cluster(cluster: None) -> Iterator[local.Layout]:  # noqa: F811
+    """The shared cluster started afresh with a site's SlurmdTimeout, and again as it was
+    after the test (which fails one of its nodes)."""
+    found = local.current_layout(local.default_state_dir())
+    assert found is not None
+    if found.network != "namespaces":
+        pytest.skip("needs the namespace layout, where a node is a host of its own")
+    local.down(found.state_dir)
+    local.up(dataclasses.replace(found, slurmd_timeout_s=SITE_SLURMD_TIMEOUT_S))
+    yield found
+    local.down(found.state_dir)
+    local.up(found)
+
+
+@pytest.fixture
+def env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
+    return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"), "CLUSTERTRAIN_DATA_DIR": str(data_dir)}
+
+
+def test_a_lost_node_is_replaced_by_a_spare_without_a_requeue_and_the_run_is_unchanged(
+    site_cluster: local.Layout, env: dict[str, str], uninterrupted_mnist: Path
+) -> None:
+    job_id, run_dir = submit(env, *JOB, "--", *SLURM_ARGS)
+    node = _second_node(job_id)
+    assert api.slurm().state(job_id).nodes == "node[1-3]"
+    # Lost after epoch 1's checkpoint, in the middle of epoch 2.
+    _wait("epoch 2", lambda: "epoch 2/3 step 20/" in _attempt_log(run_dir, 0), 240)
+    assert run_cli("cluster", "fail", node).returncode == 0
+    followed = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
+    assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
+    assert "ended COMPLETED" in followed.stderr
+    assert f"{node} is lost: it did not answer the roll call" in followed.stdout
+    assert f"lost {node}; starting the step again on node1,node3" in followed.stdout
+
+    # One attempt: no requeue. The spare trained in it, from epoch 1's checkpoint.
+    logs = run_dir / protocol.LOGS_DIR
+    assert [p.name for p in logs.glob(f"{protocol.ATTEMPT_DIR}*")] == [f"{protocol.ATTEMPT_DIR}0"]
+    assert "resuming at epoch 2 from " in _attempt_log(run_dir, 0)
+    assert re.search(r"\[rank1\]: .* on node3", (logs / "attempt-0" / "node3.out").read_text())
+    lost = logs / "attempt-0" / f"{protocol.HEARTBEAT_DIR}-lost-1" / protocol.LOST_FILE
+    assert lost.read_text() == f"{node}\n"
+    seen = [json.loads(line) for line in (run_dir / protocol.EVENTS_FILE).read_text().splitlines()]
+    assert sorted(e["epoch"] for e in seen if e["event"] == "epoch") == [1, 2, 3]
+    assert [e["event"] for e in seen if e["event"] in ("node_lost", "restarted", "requeued")] == [
+        "node_lost",
+        "restarted",
+    ]
+
+    status = run_cli("status", job_id, env=env).stdout
+    assert "COMPLETED" in status and "restarts: 0" in status, status
+    assert f"step restarted in attempt 0 after {node} lost: training again " in status, status
+    _assert_same_run(run_dir / "out", uninterrupted_mnist)
