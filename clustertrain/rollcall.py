@@ -10,10 +10,11 @@ srun fails or does not return within ``ANSWER_S`` is lost. Slurm's own ping does
 few minutes later.
 
 ``python -m clustertrain.rollcall replace ACTIVE SPARES LOST_FILE`` is the batch script's
-arithmetic afterwards: it prints the nodes to train on next (``-`` when too few spares are
-left), the spares left, and the nodes the job keeps (those without the lost ones), each a comma
-list. The batch script shrinks the job to the last (``scontrol update JobId NodeList``): a job
-that still holds a lost node stays COMPLETING after its end until Slurm declares the node down.
+arithmetic afterwards, after a roll call of the spares (they have run nothing yet): it prints
+the nodes to train on next (``-`` when too few spares are left), the spares left, and the nodes
+the job keeps (without the lost ones), each a comma list. The batch script shrinks the job to
+the last (``scontrol update JobId NodeList``): a job that still holds a lost node stays
+COMPLETING after its end until Slurm declares the node down.
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def main(argv: list[str]) -> int:
         )
         return 2
     active, spares, lost = _words(argv[1]), _words(argv[2]), _words(Path(argv[3]).read_text())
+    # A spare has run nothing since the job started: it may be gone too.
+    if spares and (gone := call(spares)):
+        lost += list(gone)
+        for node, why in gone.items():
+            print(f"clustertrain: spare {node} is lost too ({why})", file=sys.stderr)
     kept = [node for node in active + spares if node not in lost]
     try:
         nodes, spares = replace(active, spares, lost)

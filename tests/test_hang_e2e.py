@@ -68,6 +68,27 @@ def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
     assert "(most recent call first)" in (hung / "rank-1.stack").read_text()
 
 
+def test_a_crashed_rank_restarts_the_step_on_the_same_nodes_and_completes(
+    cluster: None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Rank 1 raises at step 30, once: with max_restarts the batch script starts the whole step
+    again with a fresh rendezvous (torchrun's own restart of its workers did not reconnect gloo
+    across nodes here: the other node's new ranks found the old addresses)."""
+    env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+    job_id, run_dir = submit(
+        env, "--script", "tests/jobs/crash_once.py", "--nodes", "2", "--procs-per-node", "2",
+        "--cpus-per-task", "2", "--max-restarts", "1",
+    )  # fmt: skip
+    followed = follow(env, job_id)
+    assert followed.returncode == 0 and "COMPLETED" in followed.stderr, followed.stdout[-2000:]
+    assert "the step failed (exit status " in followed.stdout
+    assert "RuntimeError: rank 1 crashed at step 30" in followed.stdout + followed.stderr
+    status = run_cli("status", job_id, env=env).stdout
+    assert "restarts: 0" in status and "after a crash: training again " in status, status
+    assert (run_dir / "logs" / "attempt-0" / f"{protocol.HEARTBEAT_DIR}-failed-1").is_dir()
+
+
 def test_a_plain_scripts_hang_is_found_from_its_quiet_output_with_py_spys_stacks(
     cluster: None,  # noqa: F811
     tmp_path: Path,

@@ -78,3 +78,22 @@ def test_a_lost_node_is_replaced_by_a_spare_without_a_requeue_and_the_run_is_unc
     assert "COMPLETED" in status and "restarts: 0" in status, status
     assert f"step restarted in attempt 0 after {node} lost: training again " in status, status
     _assert_same_run(run_dir / "out", uninterrupted_mnist)
+
+
+def test_with_no_spare_left_the_job_ends_naming_the_lost_nodes(
+    site_cluster: local.Layout, env: dict[str, str]
+) -> None:
+    """The spare is lost first, unseen (it runs nothing); when a training node follows, the
+    spare's own roll call finds it gone and the job ends at once, keeping its checkpoint."""
+    job_id, run_dir = submit(env, *JOB, "--", *SLURM_ARGS)
+    node = _second_node(job_id)
+    _wait("epoch 1", lambda: "epoch 1/3 step 20/" in _attempt_log(run_dir, 0), 240)
+    assert run_cli("cluster", "fail", "node3").returncode == 0  # the spare
+    assert run_cli("cluster", "fail", node).returncode == 0
+    followed = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
+    assert followed.returncode != 0
+    assert "ended FAILED" in followed.stderr, followed.stdout[-3000:] + followed.stderr
+    said = followed.stdout + followed.stderr
+    assert "spare node3 is lost too" in said
+    assert f"lost {node} and no spare node is left: the job ends here" in said
+    assert api.slurm().state(job_id).exit_code == "5:0"

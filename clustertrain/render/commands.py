@@ -81,8 +81,11 @@ def launcher_argv(spec: JobSpec, standalone_port: int | None = None) -> tuple[st
             "c10d",
             "--rdzv_conf",
             Expand(f"join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
+            # Under Slurm the batch script restarts a failed step (max_restarts), with a fresh
+            # rendezvous on every node: a launcher's own restart of its workers does not
+            # reconnect gloo across nodes reliably.
             "--max_restarts",
-            str(spec.max_restarts),
+            "0",
             "--tee",
             "3",
         )
@@ -97,7 +100,7 @@ def launcher_argv(spec: JobSpec, standalone_port: int | None = None) -> tuple[st
             Expand("--rdzv_endpoint=$HEAD_NODE:$RDZV_PORT"),
             Expand("--rdzv_id=$SLURM_JOB_ID"),
             Expand(f"--rdzv_conf=join_timeout={spec.rdzv_timeout_s},is_host=$RDZV_IS_HOST"),
-            f"--max_restarts={spec.max_restarts}",
+            "--max_restarts=0",  # the batch script restarts the step (above)
             "--tee=3",
         )
     return (*head, *spec.entrypoint, *spec.args)

@@ -117,7 +117,11 @@ class JobSpec:
         120, fields.int_range(10, 65535),
         "Seconds before the time limit at which the job is warned (USR2).", flag="--signal-lead",
     )  # fmt: skip
-    max_restarts: int = _field(0, fields.int_range(0, 100), "Worker restarts the launcher may do.")
+    max_restarts: int = _field(
+        0, fields.int_range(0, 100),
+        "Restarts of a failed or hung step inside the allocation, from the last checkpoint "
+        "(a local run: the launcher's restarts of its workers).",
+    )  # fmt: skip
     max_requeues: int = _field(3, fields.int_range(0, 100), "Requeues after a checkpoint.")
     # A node lost mid-job: requeue (without it, from the last checkpoint) instead of ending.
     requeue_on_node_failure: bool = _field(
