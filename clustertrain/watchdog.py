@@ -156,15 +156,21 @@ def declare(folder: Path, steps: dict[int, int], newest: float, srun_pid: int) -
     print(f"clustertrain: {said}; stacks in {folder}; ending the step", flush=True)
     # A node cut off from the others hangs them too: with spares, the restart goes without it.
     if (active := _active_nodes()) and (lost := rollcall.call(active)):
-        _name_lost(folder, lost, {node: newest for node in lost})
-    _stop(srun_pid)
+        lose(folder, lost, {node: newest for node in lost}, srun_pid)
+    else:
+        _stop(srun_pid)
     return said
 
 
 def lose(folder: Path, lost: dict[str, str], heard: dict[str, float], srun_pid: int) -> None:
     """Name the nodes that did not answer the roll call and end the step now: the batch script
     starts it again on a spare."""
-    _name_lost(folder, lost, heard)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / protocol.LOST_FILE).write_text("".join(f"{node}\n" for node in lost))
+    since = time.time() - min(heard.get(node, time.time()) for node in lost)
+    events.record("node_lost", nodes=",".join(lost), seconds=since)
+    for node, why in lost.items():
+        print(f"clustertrain: {node} is lost: it did not answer the roll call ({why})", flush=True)
     job = os.environ.get("SLURM_JOB_ID", "")
     if job:  # the step's tasks on the healthy nodes: srun cannot end them while it waits
         listed = subprocess.run(
@@ -175,15 +181,6 @@ def lose(folder: Path, lost: dict[str, str], heard: dict[str, float], srun_pid: 
         if steps:  # not waited for: slurmctld tries the lost node for MessageTimeout first
             subprocess.Popen(["scancel", "--signal=KILL", *steps], stdout=subprocess.DEVNULL)
     _stop(srun_pid, LOST_STOP_WAIT_S)
-
-
-def _name_lost(folder: Path, lost: dict[str, str], heard: dict[str, float]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / protocol.LOST_FILE).write_text("".join(f"{node}\n" for node in lost))
-    since = time.time() - min(heard.get(node, time.time()) for node in lost)
-    events.record("node_lost", nodes=",".join(lost), seconds=since)
-    for node, why in lost.items():
-        print(f"clustertrain: {node} is lost: it did not answer the roll call ({why})", flush=True)
 
 
 def _active_nodes() -> list[str]:

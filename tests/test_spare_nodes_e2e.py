@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,8 +77,24 @@ def test_a_lost_node_is_replaced_by_a_spare_without_a_requeue_and_the_run_is_unc
 
     status = run_cli("status", job_id, env=env).stdout
     assert "COMPLETED" in status and "restarts: 0" in status, status
+    assert not _left_behind(run_dir), "a node's beacon outlived its launcher"
     assert f"step restarted in attempt 0 after {node} lost: training again " in status, status
     _assert_same_run(run_dir / "out", uninterrupted_mnist)
+
+
+def _left_behind(run_dir: Path) -> list[str]:
+    """Processes still running the job's launch script (every node's beacon is one), a few
+    seconds after the job ended."""
+    time.sleep(2 * protocol.BEACON_S)
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(run_dir / "launch.sh").encode() in argv:
+            found.append(proc.name)
+    return found
 
 
 def test_with_no_spare_left_the_job_ends_naming_the_lost_nodes(
@@ -97,3 +114,4 @@ def test_with_no_spare_left_the_job_ends_naming_the_lost_nodes(
     assert "spare node3 is lost too" in said
     assert f"lost {node} and no spare node is left: the job ends here" in said
     assert api.slurm().state(job_id).exit_code == "5:0"
+    assert not _left_behind(run_dir), "a node's beacon outlived its launcher"
