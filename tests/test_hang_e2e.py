@@ -3,7 +3,6 @@ folder, and status names where each group of ranks waits (clustertrain.watchdog)
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -20,31 +19,6 @@ QUIET = "tests/jobs/quiet_hang.py"
 def _line(text: str) -> int:
     lines = Path(SCRIPT).read_text().splitlines()
     return next(number for number, line in enumerate(lines, 1) if text in line)
-
-
-def test_a_hung_rank_ends_the_job_named_with_every_ranks_stack(
-    cluster: None,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
-    started = time.monotonic()
-    job_id, run_dir = submit(
-        env, "--script", SCRIPT, "--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2",
-        "--hang-timeout", "10",
-    )  # fmt: skip
-    followed = follow(env, job_id)
-    took = time.monotonic() - started
-    assert followed.returncode != 0 and "FAILED" in followed.stderr, followed.stdout[-2000:]
-    status = run_cli("status", job_id, env=env).stdout
-    said = f"ranks 0, 2-3 in all_reduce (hang_rank.py:{_line('dist.all_reduce(value)')})"
-    assert "hang at step 29: no rank made progress for" in status, status
-    assert said in status and f"rank 1 in <module> (hang_rank.py:{_line('time.sleep(3600)')})" in (
-        status
-    ), status
-    beats = run_dir / "logs" / "attempt-0" / protocol.HEARTBEAT_DIR
-    for rank in range(4):
-        assert "(most recent call first)" in (beats / f"rank-{rank}.stack").read_text()
-    print(f"hang declared and the job ended {took:.0f} s after submission (timeout 10 s)")
 
 
 def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
@@ -64,8 +38,15 @@ def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
     assert "restarts: 0" in status  # Slurm's: it never went back to the queue
     assert "step restarted in attempt 0 after a hang: training again " in status, status
     hung = run_dir / "logs" / "attempt-0" / f"{protocol.HEARTBEAT_DIR}-hung-1"
-    assert (hung / protocol.HANG_FILE).read_text().startswith("hang at step 29")
-    assert "(most recent call first)" in (hung / "rank-1.stack").read_text()
+    said = (hung / protocol.HANG_FILE).read_text()
+    # The hung step named: every group of ranks by where it waits, from every rank's stack.
+    assert said.startswith("hang at step 29: no rank made progress for"), said
+    waiting = f"ranks 0, 2-3 in all_reduce (hang_rank.py:{_line('dist.all_reduce(value)')})"
+    assert waiting in said and f"rank 1 in <module> (hang_rank.py:{_line('time.sleep(3600)')})" in (
+        said
+    ), said
+    for rank in range(4):
+        assert "(most recent call first)" in (hung / f"rank-{rank}.stack").read_text()
 
 
 def test_a_crashed_rank_restarts_the_step_on_the_same_nodes_and_completes(

@@ -18,6 +18,8 @@ from tests.conftest import ROOT, run_cli
 pytestmark = pytest.mark.slurm
 QUICK = ["--recipe", "fast", "--limit-train", "4000", "--batch-size", "32", "--lr", "0.05"]
 QUICK += ["--epochs", "2"]
+# For tests of what the job shows, not what it learns: one short epoch.
+SMOKE = ["--recipe", "fast", "--limit-train", "1000", "--batch-size", "32", "--epochs", "1"]
 JOB_TIMEOUT_S = 300
 
 
@@ -158,7 +160,7 @@ def test_accelerate_2x2_is_one_real_4_process_run(cluster: None, env: dict[str, 
 
 
 def test_4_nodes_follow_shows_every_rank(cluster: None, env: dict[str, str]) -> None:
-    job_id, _ = submit_mnist(env, "jobs/mnist.yaml", 4, 0, "--strategy", "ddp", *QUICK)
+    job_id, _ = submit_mnist(env, "jobs/mnist.yaml", 4, 0, "--strategy", "ddp", *SMOKE)
     followed = follow(env, job_id)
     assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
     ranks = set(re.findall(r"^node\d+ rank(\d+) ", followed.stdout, re.MULTILINE))
@@ -173,7 +175,7 @@ def test_two_jobs_at_once_on_the_same_nodes_both_complete(
     cluster: None, env: dict[str, str]
 ) -> None:
     both = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1"]
-    both += ["--sbatch-option=--nodelist=node1,node2", "--", "--strategy", "ddp", *QUICK]
+    both += ["--sbatch-option=--nodelist=node1,node2", "--", "--strategy", "ddp", *SMOKE]
     jobs = [submit(env, *both) for _ in range(2)]
     for job_id, run_dir in jobs:
         followed = follow(env, job_id)
