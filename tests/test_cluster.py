@@ -12,6 +12,7 @@ from clustertrain import cluster
 from clustertrain.cluster import daemons
 from clustertrain.cluster.netns import Names
 from clustertrain.errors import UserError
+from tests.conftest import run_cli
 
 
 def conf_lines(text: str, prefix: str) -> list[str]:
@@ -109,7 +110,12 @@ def test_namespace_nodes_get_the_name_server_and_loopback_nodes_the_hosts(tmp_pa
     layout = cluster.Layout(nodes=2, state_dir=tmp_path)
     names = Names("0123456789abcdef", layout.node_names)
     started = dict(daemons.commands(layout, names))
-    assert list(started) == ["munged", "slurmctld", "dnsmasq", "slurmd-node1", "slurmd-node2"]
+    assert list(started) == [
+        "munged", "slurmctld", "dnsmasq", "slurmd-node1", "slurmd-node2", "sshd-login",
+    ]  # fmt: skip
+    sshd = started["sshd-login"]
+    assert sshd[sshd.index("-c") + 2] == "login"  # its own hostname, hosts file and resolv.conf
+    assert sshd[-5:] == [sshd[-5], "-D", "-e", "-f", f"{tmp_path}/ssh/sshd_config"]
     assert f"--conf-file={tmp_path}/dnsmasq.conf" in started["dnsmasq"]
     slurmd = started["slurmd-node2"]
     script = slurmd[slurmd.index("-c") + 1]
@@ -136,7 +142,7 @@ def test_namespace_nodes_get_the_name_server_and_loopback_nodes_the_hosts(tmp_pa
         ({"network": "bridge"}, "network"),
         ({"subnet": "10.77.0.0/33"}, "subnet"),
         ({"subnet": "8.8.8.0/24"}, "subnet"),  # not ours: only a private range
-        ({"subnet": "10.77.0.0/30", "nodes": 4}, "subnet"),  # no room for 5 hosts
+        ({"subnet": "10.77.0.0/29", "nodes": 5}, "subnet"),  # no room for 7 hosts
     ],
 )
 def test_bad_network_is_a_user_error(fields: dict[str, object], field: str) -> None:
@@ -252,6 +258,47 @@ def test_up_when_up_changes_nothing(live: cluster.Layout) -> None:
     assert record.read_text() == before
 
 
+@pytest.mark.slurm
+def test_the_login_node_is_reached_by_ssh_and_has_slurm_and_clustertrain(
+    live: cluster.Layout,
+) -> None:
+    """The system's ssh client, through ~/.ssh/config's Include line, to Debian's sshd in the
+    login node's namespace: its own hostname, Slurm's client configuration and clustertrain."""
+    if live.network != "namespaces":
+        pytest.skip("the login node needs the namespace layout")
+
+    def ssh(command: str) -> str:
+        argv = ["ssh", "-o", "BatchMode=yes", "login", command]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert ssh("hostname") == "login"
+    assert ssh("hostname -I").split() == [live.login_address]
+    assert ssh("sinfo -h -o %D") == str(live.nodes)
+    assert ssh("clustertrain --version") == run_cli("--version").stdout.strip()
+
+
+def test_the_login_nodes_ssh_files(tmp_path: Path) -> None:
+    from clustertrain.cluster import login
+
+    layout = cluster.Layout(nodes=2, subnet="10.99.7.0/24", state_dir=tmp_path)
+    sshd = login.render_sshd_config(layout).splitlines()
+    assert "ListenAddress 10.99.7.4:22" in sshd  # after the controller and the nodes
+    assert f"AuthorizedKeysFile {tmp_path}/ssh/authorized_keys" in sshd
+    assert "PasswordAuthentication no" in sshd and "KbdInteractiveAuthentication no" in sshd
+    client = login.render_client_config(layout)
+    assert "Host login\n    HostName 10.99.7.4\n" in client
+    assert f"UserKnownHostsFile {tmp_path}/ssh/known_hosts" in client
+    assert "StrictHostKeyChecking yes" in client
+    # Another cluster's Include line is left alone; this one's goes, wherever it is.
+    other = f"{login.INCLUDE_MARK}\nInclude /elsewhere/ssh/config\n"
+    ours = f"{login.INCLUDE_MARK}\nInclude {tmp_path}/ssh/config\n"
+    text = f"{other}{ours}Host *\n    ServerAliveInterval 30\n"
+    assert login.without_include(text, tmp_path) == f"{other}Host *\n    ServerAliveInterval 30\n"
+    assert login.without_include(text, tmp_path / "x") == text
+
+
 # --- private clusters beside the shared one (own state folder, ports and subnet) -------------
 
 
@@ -272,14 +319,20 @@ def test_down_removes_every_namespace_and_link_after_a_crash(tmp_path: Path) -> 
     from clustertrain.cluster.netns import Names, leftovers
 
     layout = _private(tmp_path, 2, "10.77.2.0/24")
+    ssh_config = Path.home() / ".ssh" / "config"
+    before = ssh_config.read_text() if ssh_config.exists() else None
     cluster.up(layout)
     record = json.loads((layout.state_dir / "state.json").read_text())
-    names = Names(record["id"], layout.node_names)
-    assert len(leftovers(names)) == 5  # the bridge, 2 links, 2 namespaces
+    names = Names(record["id"], list(layout.host_addresses))
+    assert len(leftovers(names)) == 7  # the bridge; 2 nodes and login: 3 links, 3 namespaces
+    ours = f"Include {layout.state_dir / 'ssh' / 'config'}"
+    assert ours in ssh_config.read_text().splitlines()[:2]  # first: it applies to every host
     for proc in record["processes"]:  # the crash: every daemon killed at once
         os.kill(proc["pid"], signal.SIGKILL)
     cluster.down(layout.state_dir)
     assert leftovers(names) == []
+    # Its Include line is gone; the shared cluster's stays.
+    assert (ssh_config.read_text() if ssh_config.exists() else None) == before
     assert "down" in cluster.status(layout.state_dir)
 
 

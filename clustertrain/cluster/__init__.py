@@ -3,7 +3,8 @@
 Every node is a ``slurmd -N nodeK``, by default in network and UTS namespaces of its own on a
 private bridge (``--layout loopback``: on 127.0.0.1 with its own port); one ``slurmctld`` and a
 private ``munged`` (own key, socket and pid file in the state dir) serve them, and on the bridge
-a ``dnsmasq`` answers the nodes' name lookups (reverse ones too, as a site's DNS does); no
+a ``dnsmasq`` answers the nodes' name lookups (reverse ones too, as a site's DNS does), and a
+login node of its own runs an OpenSSH server that this machine reaches as ``ssh login``; no
 systemd.
 Why each setting: the comments beside it in ``config.py`` and ``templates/slurm.conf.j2``.
 
@@ -12,6 +13,7 @@ Why each setting: the comments beside it in ``config.py`` and ``templates/slurm.
                 resolv.conf, rendered as text
   netns.py      the nodes' namespaces, bridge and links: made, entered, removed
   daemons.py    the daemons' command lines; started and stopped by PID and start time
+  login.py      the login node: sshd's keys and configuration, ~/.ssh/config's Include line
   lifecycle.py  up, down and status; Slurm is asked through clustertrain.backends.slurm
 """
 

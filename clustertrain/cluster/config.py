@@ -136,8 +136,9 @@ def render_gres_conf(layout: Layout) -> str:
 
 
 def cluster_hosts(layout: Layout, controller: str) -> list[tuple[str, str]]:
-    """(name, address) of the controller, then of every node (namespace network)."""
-    return [(controller, layout.controller_address), *layout.node_addresses.items()]
+    """(name, address) of the controller, then of every node and the login node (namespace
+    network)."""
+    return [(controller, layout.controller_address), *layout.host_addresses.items()]
 
 
 def hosts_lines(layout: Layout, controller: str | None = None) -> list[str]:

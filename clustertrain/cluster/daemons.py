@@ -18,7 +18,7 @@ from pathlib import Path
 
 from clustertrain.procs import proc_stat
 
-from . import netns
+from . import login, netns
 from .layout import Layout, conf_path, dns_conf, hosts_file, munge_socket, record_path, resolv_file
 
 CLUSTER_ID_VAR = "CLUSTERTRAIN_CLUSTER_ID"
@@ -66,6 +66,11 @@ def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
         if layout.network == "namespaces":
             argv = netns.enter(names, node, hosts_file(d, node), resolv_file(d), argv)
         found.append((f"slurmd-{node}", argv))
+    if layout.network == "namespaces":
+        # The login node: Debian's OpenSSH server, in the foreground (-D), logging to stderr.
+        sshd = [which("sshd") or "/usr/sbin/sshd", "-D", "-e", "-f", str(login.sshd_config(d))]
+        argv = netns.enter(names, login.NAME, hosts_file(d, login.NAME), resolv_file(d), sshd)
+        found.append((f"sshd-{login.NAME}", argv))
     return found
 
 

@@ -59,11 +59,11 @@ class Layout:
             raise FieldError(
                 "subnet", self.subnet, "use an IPv4 network such as 10.77.0.0/24"
             ) from None
-        if not net.is_private or net.num_addresses - 2 < self.nodes + 1:
+        if not net.is_private or net.num_addresses - 2 < self.nodes + 2:
             raise FieldError(
                 "subnet",
                 self.subnet,
-                f"use a private IPv4 network with room for {self.nodes + 1} hosts",
+                f"use a private IPv4 network with room for {self.nodes + 2} hosts",
             )
         object.__setattr__(self, "state_dir", Path(self.state_dir).absolute())
 
@@ -86,6 +86,16 @@ class Layout:
     @property
     def node_addresses(self) -> dict[str, str]:
         return dict(zip(self.node_names, self.addresses[1:], strict=True))
+
+    @property
+    def login_address(self) -> str:
+        """The login node's address, after the nodes' (namespace network only)."""
+        return str(ipaddress.IPv4Network(self.subnet).network_address + self.nodes + 2)
+
+    @property
+    def host_addresses(self) -> dict[str, str]:
+        """Every host of the namespace network but the controller: the nodes, then login."""
+        return {**self.node_addresses, "login": self.login_address}
 
     @property
     def addresses(self) -> list[str]:

@@ -16,7 +16,7 @@ from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 from clustertrain.procs import start_time
 
-from . import daemons, netns
+from . import daemons, login, netns
 from .config import (
     hosts_lines,
     hosts_with_block,
@@ -41,6 +41,7 @@ from .layout import (
 )
 
 HOSTS_FILE = Path("/etc/hosts")
+RUN_SSHD = Path("/run/sshd")
 # Each node's resolv.conf is bound over this file in its mount namespace; it must exist.
 RESOLV_FILE = Path("/etc/resolv.conf")
 UP_TIMEOUT_S = 60.0
@@ -61,7 +62,7 @@ def local_slurm_conf() -> Path | None:
 
 
 def _ensure_packages() -> None:
-    programs = ("munged", "slurmctld", "slurmd", "sinfo", "runc", "dnsmasq")
+    programs = ("munged", "slurmctld", "slurmd", "sinfo", "runc", "dnsmasq", "sshd")
     if all(daemons.which(p) for p in programs):
         return
     if not daemons.which("apt-get"):
@@ -79,7 +80,8 @@ def _ensure_packages() -> None:
     # runc: srun --container (oci.conf) runs a job's step in an OCI bundle with it.
     # dnsmasq-base: the namespace network's name server, without the package that would make
     # it the system's (its service and /etc/dnsmasq.conf).
-    packages = ["slurm-wlm", "munge", "runc", "dnsmasq-base"]
+    # openssh-server: the login node's sshd (its service stays off: policy-rc.d).
+    packages = ["slurm-wlm", "munge", "runc", "dnsmasq-base", "openssh-server"]
     install = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
     try:
         if subprocess.run(install, env=env, capture_output=True).returncode != 0:
@@ -156,8 +158,9 @@ def _prepare(layout: Layout, controller: str) -> None:
     (d / "oci.conf").write_text(render_oci_conf(layout))
     if layout.network == "namespaces":
         (d / "hosts").mkdir(exist_ok=True)
-        for node in layout.node_names:
-            hosts_file(d, node).write_text(render_node_hosts(layout, controller))
+        for host in layout.host_addresses:
+            hosts_file(d, host).write_text(render_node_hosts(layout, controller))
+        login.prepare(layout)
         resolv_file(d).write_text(render_node_resolv(layout))
         dns_conf(d).write_text(render_dns_conf(layout, controller))
 
@@ -214,6 +217,9 @@ def up(layout: Layout) -> str:
         "processes": [],
         # Loopback nodes share this host's /etc/hosts; namespace nodes each have their own.
         "hosts_block": layout.network == "loopback",
+        # sshd's privilege separation folder, made here where no sshd ever ran (up removes
+        # only what it made).
+        "run_sshd": layout.network == "namespaces" and not RUN_SSHD.exists(),
     }
     names = _names(record)
     to_start = daemons.commands(layout, names)
@@ -222,6 +228,8 @@ def up(layout: Layout) -> str:
     daemons.write_record(d, record)
     if record["hosts_block"]:
         HOSTS_FILE.write_text(hosts_with_block(HOSTS_FILE.read_text(), hosts_lines(layout)))
+    if record["run_sshd"]:
+        RUN_SSHD.mkdir(mode=0o755)
     env = {**os.environ, "SLURM_CONF": str(conf_path(d)), daemons.CLUSTER_ID_VAR: record["id"]}
     try:
         if layout.network == "namespaces":
@@ -232,6 +240,9 @@ def up(layout: Layout) -> str:
             if name == "munged":
                 _wait_for_munge(d, record["processes"][0])
         _wait_until_idle(layout, record)
+        if layout.network == "namespaces":
+            login.wait_listening(layout)
+            login.include(d)
     except BaseException:
         down(d)
         raise
@@ -249,7 +260,7 @@ def _wait_for_munge(state_dir: Path, proc: dict) -> None:
 
 
 def _names(record: dict) -> netns.Names:
-    return netns.Names(record["id"], daemons.record_layout(record).node_names)
+    return netns.Names(record["id"], list(daemons.record_layout(record).host_addresses))
 
 
 def _slurm(state_dir: Path) -> Slurm:
@@ -293,7 +304,10 @@ def down(state_dir: Path) -> None:
     if record.get("hosts_block"):
         HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
     if daemons.record_layout(record).network == "namespaces":
+        login.exclude(state_dir)
         netns.remove(_names(record))
+    if record.get("run_sshd"):
+        shutil.rmtree(RUN_SSHD, ignore_errors=True)
     for path in (state_dir / "run").glob("*.pid"):
         path.unlink()
     munge_socket(state_dir).unlink(missing_ok=True)
@@ -354,6 +368,8 @@ def status(state_dir: Path) -> str:
         state = "running" if alive[p["name"]] else "not running"
         failed = record.get("failed", {}).get(node)
         extra = f"  {node} {addresses[node]} {nodes.get(node, 'unknown')}" if node else ""
+        if p["name"] == f"sshd-{login.NAME}":
+            extra = f"  {login.NAME} {layout.login_address} (`ssh {login.NAME}` from here)"
         extra += f" (failed on purpose: {failed})" if failed else ""
         lines.append(f"  {p['name']:<14} pid {p['pid']:<8} {state}{extra}")
     return "\n".join(lines)

@@ -78,12 +78,13 @@ def check_subnet_free(layout: Layout) -> None:
 
 
 def create(layout: Layout, names: Names) -> None:
-    """The bridge with the controller's address, then each node's namespace and link."""
+    """The bridge with the controller's address, then each host's namespace and link (the
+    nodes', then the login node's)."""
     prefix = layout.prefix_length
     _must("link", "add", names.bridge, "type", "bridge")
     _must("addr", "add", f"{layout.controller_address}/{prefix}", "dev", names.bridge)
     _must("link", "set", names.bridge, "up")
-    for node, address in layout.node_addresses.items():
+    for node, address in layout.host_addresses.items():
         ns, link = names.namespace(node), names.host_link(node)
         _must("netns", "add", ns)
         _must("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns)
