@@ -21,6 +21,8 @@ STOP_SIGNAL = "USR2"
 # as values), the local supervisor and the ranks use the same names.
 SPEC_FILE = "spec.yaml"
 RECORD_FILE = "job.json"
+# A run submitted with --host: where it is (clustertrain.backends.remote), beside its job.json.
+REMOTE_FILE = "remote.json"
 PREPARE_LOG = "prepare.log"  # the prepare step's output (clustertrain.backends.prepare)
 LOGS_DIR = "logs"  # slurm-<id>.{out,err} of the batch shell, ATTEMPT_DIR/<node>.{out,err}
 ATTEMPT_DIR = "attempt-"  # + the attempt's number (SLURM_RESTART_COUNT), under LOGS_DIR

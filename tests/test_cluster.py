@@ -292,8 +292,8 @@ def test_the_login_nodes_ssh_files(tmp_path: Path) -> None:
     assert f"UserKnownHostsFile {tmp_path}/ssh/known_hosts" in client
     assert "StrictHostKeyChecking yes" in client
     # Another cluster's Include line is left alone; this one's goes, wherever it is.
-    other = f"{login.INCLUDE_MARK}\nInclude /elsewhere/ssh/config\n"
-    ours = f"{login.INCLUDE_MARK}\nInclude {tmp_path}/ssh/config\n"
+    other = f'{login.INCLUDE_MARK}\nInclude "/elsewhere/ssh/config"\n'
+    ours = f'{login.INCLUDE_MARK}\nInclude "{tmp_path}/ssh/config"\n'
     text = f"{other}{ours}Host *\n    ServerAliveInterval 30\n"
     assert login.without_include(text, tmp_path) == f"{other}Host *\n    ServerAliveInterval 30\n"
     assert login.without_include(text, tmp_path / "x") == text
@@ -325,7 +325,7 @@ def test_down_removes_every_namespace_and_link_after_a_crash(tmp_path: Path) -> 
     record = json.loads((layout.state_dir / "state.json").read_text())
     names = Names(record["id"], list(layout.host_addresses))
     assert len(leftovers(names)) == 7  # the bridge; 2 nodes and login: 3 links, 3 namespaces
-    ours = f"Include {layout.state_dir / 'ssh' / 'config'}"
+    ours = f'Include "{layout.state_dir / "ssh" / "config"}"'
     assert ours in ssh_config.read_text().splitlines()[:2]  # first: it applies to every host
     for proc in record["processes"]:  # the crash: every daemon killed at once
         os.kill(proc["pid"], signal.SIGKILL)
@@ -363,3 +363,22 @@ def test_a_16_node_job_completes_on_16_separate_hosts(tmp_path: Path) -> None:
         assert {r["head_address"] for r in ranks} == {layout.node_addresses["node1"]}
     finally:
         cluster.down(layout.state_dir)
+
+
+def test_the_include_line_goes_and_a_users_own_config_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clustertrain.cluster import login
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = tmp_path / "home" / ".ssh" / "config"
+    state = tmp_path / "state dir"  # a space: the Include path is quoted
+    assert login.include(state) is True
+    assert config.read_text().splitlines()[1] == f'Include "{state}/ssh/config"'
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
+    login.exclude(state, made=True)
+    assert not config.exists()  # it made the file for its line alone
+    config.write_text("")  # the user's own, empty
+    assert login.include(state) is False
+    login.exclude(state, made=False)
+    assert config.exists() and config.read_text() == ""

@@ -15,7 +15,14 @@ import click
 
 from clustertrain.cli import runs as cli_runs
 from clustertrain.cli.cluster import cluster
-from clustertrain.cli.options import prepare_option, runs_dir_option, spec_fields, spec_options
+from clustertrain.cli.options import (
+    prepare_option,
+    remote_options,
+    runs_dir_option,
+    spec_fields,
+    spec_options,
+    without_remote_options,
+)
 from clustertrain.errors import UserError
 from clustertrain.files import printable
 from clustertrain.version import __version__
@@ -33,6 +40,7 @@ class _SubmitCommand(click.Command):
     """Keeps everything after ``--`` for the training script, untouched by option parsing."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["argv"] = list(args)  # as given: --host passes it on to the login node
         if "--" in args:
             cut = args.index("--")
             ctx.meta["train_args"] = tuple(args[cut + 1 :])
@@ -59,6 +67,7 @@ def cli() -> None:
 @spec_options
 @prepare_option
 @runs_dir_option
+@remote_options
 @click.option(
     "--dry-run", is_flag=True, help="Print what would be run and submitted; touch nothing."
 )
@@ -76,14 +85,23 @@ def submit(
     no_preflight: bool,
     replace_args: bool,
     skip_prepare: bool,
+    host: str | None,
+    allow_dirty: bool,
+    remote_clustertrain: str,
     **flags: Any,
 ) -> None:
     """Render a multi-node job and queue it; args after -- go to the training script.
 
-    The job's prepare commands run here first (they fetch what the nodes cannot)."""
+    The job's prepare commands run here first (they fetch what the nodes cannot); with --host,
+    on that login node, in a snapshot of this git tree."""
     from clustertrain import api
 
     extra = spec_fields(ctx, replace_args, flags)
+    if host:
+        # Refused here first, in one line, before anything reaches the host.
+        api.plan(job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=True, **flags)
+        _submit_remote(ctx, host, runs_dir, allow_dirty, remote_clustertrain)
+        return
     if dry_run:
         job = api.plan(
             job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags
@@ -106,6 +124,23 @@ def submit(
     )
     click.echo(f"run folder: {submitted.run_dir}")
     click.echo(f"follow it:  clustertrain logs {submitted.job_id} --follow")
+
+
+def _submit_remote(
+    ctx: click.Context, host: str, runs_dir: str | None, allow_dirty: bool, clustertrain: str
+) -> None:
+    from pathlib import Path
+
+    from clustertrain import runs
+    from clustertrain.backends import remote, ssh
+
+    ssh.check_host(host)
+    args = without_remote_options(ctx.meta["argv"])
+    run, _ = remote.submit(
+        host, args, Path.cwd(), runs.runs_root(runs_dir), allow_dirty, clustertrain, click.echo
+    )
+    if run is not None:
+        click.echo(f"here: {run.path} (status, logs and cancel ask {host})")
 
 
 @cli.command(
@@ -172,11 +207,15 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
     def warn(message: str) -> None:
         click.echo(f"clustertrain: warning: {message}", err=True)
 
+    from clustertrain.backends import remote
+
     for run in runs.all_runs(runs.runs_root(runs_dir), warn)[:limit]:
+        far = remote.of(run)
         click.echo(
             f"{run.job_id:>8}  {printable(run.submitted_at)}  {printable(run.name):<16} "
             f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
-            f"{printable(str(run.path))}{_sweep_counts(run)}"
+            f"{printable(str(run.path))}{_sweep_counts(run) if far is None else ''}"
+            + (f"  on {far.host}" if far else "")
         )
 
 
@@ -203,6 +242,7 @@ def cancel(job: str, runs_dir: str | None) -> None:
     from clustertrain.api import Job
 
     attached = Job.attach(job, runs_dir)
+    cli_runs.forward_remote(attached, "cancel")
     attached.cancel()
     click.echo(f"cancelled job {attached.job_id}")
 
@@ -245,6 +285,12 @@ def logs(
 
     attached = Job.attach(job, runs_dir)
     run = attached.run
+    passed = [
+        *(["--rank", str(rank)] if rank is not None else []),
+        *(["--node", node] if node else []),
+    ]
+    passed += [flag for flag, on in (("--errors", errors), ("--raw", raw)) if on]
+    cli_runs.forward_remote(attached, "logs", *passed, follow=follow)
     filters = joblogs.Filter(rank=rank, node=node, errors=errors, raw=raw)
     if not follow:
         failure = joblogs.first_failure(run) if errors else None
@@ -259,12 +305,31 @@ def logs(
         raise SystemExit(1)
 
 
-@cli.command(epilog="\b\nExample:\n  clustertrain doctor")
+@cli.command(epilog="\b\nExamples:\n  clustertrain doctor\n  clustertrain doctor --host login")
 @runs_dir_option
-def doctor(runs_dir: str | None) -> None:
+@click.option(
+    "--host",
+    envvar="CLUSTERTRAIN_HOST",
+    metavar="HOST",
+    help="Ask this login node over ssh instead: ssh, its clustertrain's version, its doctor.",
+)
+@click.option(
+    "--remote-clustertrain",
+    envvar="CLUSTERTRAIN_REMOTE_CLUSTERTRAIN",
+    metavar="PATH",
+    default="clustertrain",
+    show_default=True,
+    help="With --host: the clustertrain to run on the login node.",
+)
+def doctor(runs_dir: str | None, host: str | None, remote_clustertrain: str) -> None:
     """What the cluster offers, and whether this host has what jobs need (exit 1 if not)."""
     from clustertrain import api, runs
     from clustertrain.backends import doctor as checks
+
+    if host:
+        from clustertrain.backends import remote, ssh
+
+        raise SystemExit(remote.doctor(ssh.check_host(host), remote_clustertrain, click.echo))
 
     lines, problems = checks.report(api.slurm(), runs.runs_root(runs_dir))
     for line in lines:

@@ -97,3 +97,51 @@ def prepare_option(func: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         help="Skip the job's prepare commands (the data is already where the job reads it).",
     )(func)
+
+
+# submit's options for a cluster reached over ssh, and what they say to the login node: none of
+# them (the rest of the command line is passed on as it is).
+REMOTE_OPTIONS = {"--host": True, "--remote-clustertrain": True, "--runs-dir": True}
+REMOTE_SWITCHES = {"--allow-dirty"}
+
+
+def remote_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--host",
+        envvar="CLUSTERTRAIN_HOST",
+        metavar="HOST",
+        help="Submit on this login node over ssh (a destination of your ~/.ssh/config); "
+        "$CLUSTERTRAIN_HOST too.",
+    )(func)
+    func = click.option(
+        "--allow-dirty",
+        is_flag=True,
+        help="With --host: send uncommitted changes as they are (never ignored files).",
+    )(func)
+    return click.option(
+        "--remote-clustertrain",
+        envvar="CLUSTERTRAIN_REMOTE_CLUSTERTRAIN",
+        metavar="PATH",
+        default="clustertrain",
+        show_default=True,
+        help="With --host: the clustertrain to run on the login node.",
+    )(func)
+
+
+def without_remote_options(args: list[str]) -> list[str]:
+    """``args`` without the options that only this side reads (``--host X``, ``--host=X``...);
+    what follows ``--`` is the training script's and passes untouched."""
+    kept: list[str] = []
+    skip = False
+    for at, word in enumerate(args):
+        if word == "--":
+            return kept + args[at:]
+        if skip:
+            skip = False
+            continue
+        name = word.partition("=")[0]
+        if word in REMOTE_OPTIONS:
+            skip = True
+        elif name not in REMOTE_OPTIONS and word not in REMOTE_SWITCHES:
+            kept.append(word)
+    return kept

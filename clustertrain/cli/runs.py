@@ -26,6 +26,7 @@ def status(job: str, runs_dir: str | None) -> None:
     from clustertrain.api import Job
 
     attached = Job.attach(job, runs_dir)
+    forward_remote(attached, "status")
     run, state = attached.run, attached.job_state()
     if runs.tasks(run):
         _sweep_status(attached, state)
@@ -132,3 +133,14 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
 
 def _warn(message: str) -> None:
     click.echo(f"clustertrain: warning: {printable(message)}", err=True)
+
+
+def forward_remote(attached: Job, command: str, *args: str, follow: bool = False) -> None:
+    """A job submitted with --host is the login node's to answer for: run ``command`` there
+    (clustertrain.backends.remote) and exit with its status."""
+    from clustertrain.backends import remote
+
+    far = remote.of(attached.run)
+    if far is None:
+        return
+    raise SystemExit(remote.follow(far, args) if follow else remote.forward(far, command, args))

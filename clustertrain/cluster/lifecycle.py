@@ -241,8 +241,10 @@ def up(layout: Layout) -> str:
                 _wait_for_munge(d, record["processes"][0])
         _wait_until_idle(layout, record)
         if layout.network == "namespaces":
-            login.wait_listening(layout)
-            login.include(d)
+            sshd = record["processes"][-1]
+            login.wait_listening(layout, lambda: daemons.alive(sshd))
+            record["ssh_config_made"] = login.include(d)
+            daemons.write_record(d, record)
     except BaseException:
         down(d)
         raise
@@ -304,7 +306,7 @@ def down(state_dir: Path) -> None:
     if record.get("hosts_block"):
         HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
     if daemons.record_layout(record).network == "namespaces":
-        login.exclude(state_dir)
+        login.exclude(state_dir, bool(record.get("ssh_config_made")))
         netns.remove(_names(record))
     if record.get("run_sshd"):
         shutil.rmtree(RUN_SSHD, ignore_errors=True)

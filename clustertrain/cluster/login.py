@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from clustertrain.errors import UserError
@@ -47,16 +48,17 @@ def user_config() -> Path:
 
 
 def prepare(layout: Layout) -> None:
-    """Keys (made once per state folder), sshd's configuration and the client's."""
+    """Keys (made afresh for each cluster), sshd's configuration and the client's."""
     folder = ssh_dir(layout.state_dir)
     folder.mkdir(mode=0o700, exist_ok=True)
     for key in ("host_ed25519", "id_ed25519"):
-        if not (folder / key).exists():
-            subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"clustertrain-{key}",
-                 "-f", str(folder / key)],
-                check=True, capture_output=True,
-            )  # fmt: skip
+        for old in (folder / key, folder / f"{key}.pub"):
+            old.unlink(missing_ok=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"clustertrain-{key}",
+             "-f", str(folder / key)],
+            check=True, capture_output=True,
+        )  # fmt: skip
     (folder / "authorized_keys").write_text((folder / "id_ed25519.pub").read_text())
     host_key = (folder / "host_ed25519.pub").read_text().split()[:2]
     (folder / "known_hosts").write_text(f"{NAME} {' '.join(host_key)}\n")
@@ -101,31 +103,40 @@ def render_client_config(layout: Layout) -> str:
     )
 
 
-def include(state_dir: Path) -> None:
+def include(state_dir: Path) -> bool:
     """Add the marked ``Include`` line at the top of ``~/.ssh/config`` (made 0600 if missing):
-    at the top, since an ``Include`` after a ``Host`` line would apply to that host only."""
+    at the top, since an ``Include`` after a ``Host`` line would apply to that host only.
+    Returns whether it made the file."""
     config = user_config()
-    config.parent.mkdir(mode=0o700, exist_ok=True)
-    text = without_include(config.read_text() if config.exists() else "", state_dir)
-    config.write_text(f"{INCLUDE_MARK}\nInclude {client_config(state_dir)}\n" + text)
+    config.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    made = not config.exists()
+    text = without_include("" if made else config.read_text(), state_dir)
+    config.write_text(_include_lines(state_dir) + text)
     config.chmod(0o600)
+    return made
 
 
-def exclude(state_dir: Path) -> None:
-    """Remove the lines ``include`` added; the file too if nothing else is left in it."""
+def exclude(state_dir: Path, made: bool) -> None:
+    """Remove the lines ``include`` added; the file too if ``include`` made it and nothing
+    else is in it now."""
     config = user_config()
     if not config.exists():
         return
     text = without_include(config.read_text(), state_dir)
-    if text.strip():
-        config.write_text(text)
-    else:
+    if made and not text.strip():
         config.unlink()
+    else:
+        config.write_text(text)
+
+
+def _include_lines(state_dir: Path) -> str:
+    # Quoted: ssh_config splits an unquoted argument at spaces.
+    return f'{INCLUDE_MARK}\nInclude "{client_config(state_dir)}"\n'
 
 
 def without_include(text: str, state_dir: Path) -> str:
     """``text`` without this cluster's marked ``Include`` line (another cluster's stays)."""
-    ours = [f"{INCLUDE_MARK}\n", f"Include {client_config(state_dir)}\n"]
+    ours = _include_lines(state_dir).splitlines(keepends=True)
     lines = text.splitlines(keepends=True)
     for at in range(len(lines) - 1):
         if lines[at : at + 2] == ours:
@@ -133,15 +144,16 @@ def without_include(text: str, state_dir: Path) -> str:
     return text
 
 
-def wait_listening(layout: Layout) -> None:
-    """Until sshd on the login node accepts a connection (it starts in a moment)."""
+def wait_listening(layout: Layout, alive: Callable[[], bool]) -> None:
+    """Until sshd on the login node accepts a connection (it starts in a moment); at once if
+    it has ended."""
     deadline = time.monotonic() + LISTEN_TIMEOUT_S
     while True:
         try:
             with socket.create_connection((layout.login_address, SSH_PORT), timeout=1):
                 return
         except OSError as error:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not alive():
                 raise UserError(
                     f"the login node's sshd did not listen on {layout.login_address}:{SSH_PORT} "
                     f"within {LISTEN_TIMEOUT_S:.0f} s ({error}); see its log in "

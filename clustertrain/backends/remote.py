@@ -1,0 +1,185 @@
+"""A remote cluster over SSH: submit from a laptop, follow and manage the job from there.
+
+The job is rendered, checked against the real cluster's limits, prepared and queued by the
+clustertrain installed on the login node, in a snapshot of the code (clustertrain.backends
+.snapshot), so that everything a submission on the login node does happens there. This side
+keeps the record: a run folder holding the job's ``job.json`` (as the login node wrote it) and
+``remote.json`` (protocol.REMOTE_FILE: the host, the run folder there, which clustertrain).
+``status``, ``cancel`` and ``logs`` on such a run are the login node's, through ssh.
+
+``logs --follow`` streams over the master connection; when the connection drops it connects
+again and goes on, skipping the lines it already printed: the login node prints each source's
+lines (a node's rank, a launcher) in their file order, so counting per source is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from clustertrain import protocol
+from clustertrain.errors import UserError
+from clustertrain.files import RunFolderError, printable, read_regular
+from clustertrain.runs import Run, read_run
+from clustertrain.version import __version__
+
+from . import snapshot, ssh
+
+# Where the login node's clustertrain keeps run folders of jobs submitted from elsewhere.
+REMOTE_RUNS = ".clustertrain/runs"
+RECONNECT_S, RECONNECTS = 2.0, 30
+_SUBMITTED = re.compile(r"^submitted job (\S+)")
+_RUN_FOLDER = re.compile(r"^run folder: (/.+)$")
+_SOURCE = re.compile(r"^(\S+ \S+) [|!] ")
+_SAFE_PATH = re.compile(r"/[^\x00-\x1f\x7f]{1,4000}")
+
+
+@dataclass(frozen=True)
+class Remote:
+    host: str
+    run_dir: str  # the run folder on the host
+    clustertrain: str  # the command that runs clustertrain there
+
+
+def of(run: Run) -> Remote | None:
+    """The remote side of ``run``, if it was submitted with ``--host``; every value checked."""
+    path = run.path / protocol.REMOTE_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(read_regular(path, 16 << 10).decode("utf-8"))
+        found = Remote(**data)
+    except (RunFolderError, UnicodeDecodeError, ValueError, TypeError):
+        raise UserError(f"{path}: not a clustertrain remote record") from None
+    ssh.check_host(found.host)
+    for value in (found.run_dir, found.clustertrain):
+        if not isinstance(value, str) or not _SAFE_PATH.fullmatch("/" + value.lstrip("/")):
+            raise UserError(f"{path}: bad value {printable(repr(value))[:80]}")
+    return found
+
+
+def submit(
+    host: str,
+    args: Sequence[str],
+    directory: Path,
+    runs_root: Path,
+    allow_dirty: bool = False,
+    clustertrain: str = "clustertrain",
+    echo: Callable[[str], None] = print,
+) -> tuple[Run | None, bool]:
+    """Send the code, submit on ``host`` with ``args`` (a ``submit`` command line without
+    ``--host``), record the run here; returns it (None for a dry run), and whether code was
+    sent."""
+    taken = snapshot.take(directory, allow_dirty)
+    sent = snapshot.send(host, taken)
+    echo(f"code: {'sent' if sent else 'already'} in {host}:~/{snapshot.remote_dir(taken)}")
+    where = f'cd "$HOME"/{snapshot.remote_dir(taken)}/'
+    raw = f"{where}{ssh.command([taken.prefix]) if taken.prefix else ''} && "
+    raw += f'CLUSTERTRAIN_RUNS_DIR="$HOME"/{REMOTE_RUNS} exec '
+    lines, status = _stream(ssh.argv(host, [clustertrain, "submit", *args], raw), echo)
+    ssh.fail(host, [clustertrain], status, "\n".join(lines))
+    if "--dry-run" in args[: args.index("--") if "--" in args else len(args)]:
+        if status != 0:
+            raise SystemExit(status)
+        return None, sent
+    job = next((m[1] for line in lines if (m := _SUBMITTED.match(line))), None)
+    folder = next((m[1] for line in lines if (m := _RUN_FOLDER.match(line))), None)
+    if status != 0 or job is None or folder is None:
+        raise UserError(f"host: {host}: the submission failed there (exit status {status})")
+    remote = Remote(host, folder, clustertrain)
+    return _record(remote, runs_root), sent
+
+
+def _stream(argv: list[str], echo: Callable[[str], None]) -> tuple[list[str], int]:
+    """Run ``argv``, echoing each line of its output (stdout and stderr) as it comes."""
+    lines = []
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            echo(lines[-1])
+    return lines, proc.returncode
+
+
+def _record(remote: Remote, runs_root: Path) -> Run:
+    """This side's run folder: the job's record as the host wrote it, and where it is."""
+    name = PurePosixPath(remote.run_dir).name
+    record = ssh.run(remote.host, ["cat", str(PurePosixPath(remote.run_dir, protocol.RECORD_FILE))])
+    if record.returncode != 0 or not name or name.startswith("."):
+        raise UserError(f"host: {remote.host}: no job record in {remote.run_dir}")
+    path = runs_root / name
+    path.mkdir(parents=True, exist_ok=False)
+    (path / protocol.RECORD_FILE).write_bytes(record.stdout)
+    try:
+        run = read_run(path)
+    except RunFolderError as error:
+        (path / protocol.RECORD_FILE).unlink()
+        path.rmdir()
+        raise UserError(f"host: {remote.host}: {error}") from None
+    (path / protocol.REMOTE_FILE).write_text(json.dumps(asdict(remote), indent=1) + "\n")
+    return run
+
+
+def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
+    """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status."""
+    words = [remote.clustertrain, command, remote.run_dir, *args]
+    done = subprocess.run(ssh.argv(remote.host, words), check=False)
+    if done.returncode in (127, 255):
+        ssh.fail(remote.host, words, done.returncode, "")
+    return done.returncode
+
+
+def follow(remote: Remote, args: Sequence[str], out: IO[str] = sys.stdout) -> int:
+    """``logs --follow`` on the host, through every dropped connection, no line twice."""
+    printed: Counter[str] = Counter()
+    words = [remote.clustertrain, "logs", remote.run_dir, "--follow", *args]
+    for attempt in range(RECONNECTS + 1):
+        seen: Counter[str] = Counter()
+        with subprocess.Popen(
+            ssh.argv(remote.host, words), stdout=subprocess.PIPE, text=True, errors="replace"
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                source = m[1] if (m := _SOURCE.match(line)) else ""
+                seen[source] += 1
+                if seen[source] > printed[source]:
+                    printed[source] += 1
+                    out.write(line)
+                    out.flush()
+        if proc.returncode != 255:
+            return proc.returncode
+        if attempt < RECONNECTS:
+            print(f"clustertrain: the connection to {remote.host} dropped; connecting again",
+                  file=sys.stderr)  # fmt: skip
+            time.sleep(RECONNECT_S)
+    ssh.fail(remote.host, words, 255, "")
+    return 255
+
+
+def doctor(host: str, clustertrain: str, echo: Callable[[str], None] = print) -> int:
+    """ssh, the login node's clustertrain against this one, then its own doctor (sbatch, the
+    partitions); the exit status of the whole."""
+    done = ssh.run(host, [clustertrain, "--version"], timeout=60)
+    there = done.stdout.decode("utf-8", "replace").strip().rpartition(" ")[2]
+    echo(f"ssh {host}: reached; clustertrain there: {there or 'no answer'}, here: {__version__}")
+    status = subprocess.run(
+        ssh.argv(
+            host, [clustertrain, "doctor"], raw=f'CLUSTERTRAIN_RUNS_DIR="$HOME"/{REMOTE_RUNS} '
+        ),
+        check=False,
+    ).returncode
+    if there != __version__:
+        echo(f"  - clustertrain {there or '?'} on {host} is not this one's {__version__}: "
+             "install the same version there")  # fmt: skip
+        return 1
+    return status

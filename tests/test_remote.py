@@ -1,0 +1,108 @@
+"""Submitting over ssh, what needs no host: refusals before anything is sent, the snapshot of a
+git tree (real git, temporary trees), and the command line passed on to the login node."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clustertrain.backends import snapshot
+from clustertrain.cli.options import without_remote_options
+from clustertrain.errors import UserError
+from tests.conftest import run_cli
+
+
+def _git(tree: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "train.py").write_text("print('hi')\n")
+    (tree / "sub" / "job.yaml").write_text("nodes: 1\n")
+    (tree / ".gitignore").write_text("secret.env\n")
+    _git(tree, "init", "-q")
+    _git(tree, "add", "-A")
+    _git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code")
+    return tree
+
+
+@pytest.mark.parametrize(
+    "host", ["-oProxyCommand=touch /tmp/x", "login node", "login\n", "lo\x1bgin"]
+)
+def test_a_host_that_could_be_an_option_or_hides_words_is_refused(
+    host: str, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    done = run_cli("submit", "--host", host, env={"CLUSTERTRAIN_RUNS_DIR": str(runs)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("clustertrain: error: host: ")
+    assert len(done.stderr.splitlines()) == 1 and not runs.exists()
+
+
+def test_an_unreachable_host_is_one_line_and_nothing_is_written(tree: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = run_cli(
+        "submit", "--host", "nohost.invalid", "--script", "train.py", cwd=tree,
+        env={"CLUSTERTRAIN_RUNS_DIR": str(runs), "HOME": str(tmp_path)}, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("clustertrain: error: host: nohost.invalid: cannot reach it (")
+    assert len(done.stderr.splitlines()) == 1 and not runs.exists()
+
+
+def test_a_bad_field_is_refused_here_before_the_host_is_asked(tmp_path: Path) -> None:
+    done = run_cli("submit", "--host", "nohost.invalid", "--nodes", "0", timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith(
+        "clustertrain: error: nodes: invalid value 0"
+    )
+
+
+def test_a_dirty_tree_is_refused_naming_its_changes(tree: Path) -> None:
+    (tree / "train.py").write_text("print('changed')\n")
+    (tree / "new.py").write_text("")
+    (tree / "secret.env").write_text("TOKEN=1\n")  # ignored: neither listed nor sent
+    with pytest.raises(UserError) as refused:
+        snapshot.take(tree / "sub")
+    said = str(refused.value)
+    assert said.startswith("working tree: 2 uncommitted change(s) in ")
+    assert "new.py" in said and "train.py" in said and "secret.env" not in said
+    assert said.endswith("commit them, or send the files as they are with --allow-dirty")
+
+
+def test_a_snapshot_is_the_trees_content_and_never_an_ignored_file(tree: Path) -> None:
+    clean = snapshot.take(tree / "sub")
+    assert clean.prefix == "sub/" and clean.files is None
+    assert clean.digest == snapshot.take(tree).digest  # the tree, wherever one submits from
+    (tree / "secret.env").write_text("TOKEN=1\n")
+    assert snapshot.take(tree).digest == clean.digest  # ignored files change nothing
+    (tree / "new.py").write_text("x = 1\n")
+    dirty = snapshot.take(tree, allow_dirty=True)
+    assert dirty.digest != clean.digest
+    assert dirty.digest == snapshot.take(tree, allow_dirty=True).digest  # the same files: same
+    listing = subprocess.run(
+        ["tar", "-t"], input=dirty.archive(), capture_output=True, check=True
+    ).stdout.decode()
+    assert sorted(listing.split()) == [".gitignore", "new.py", "sub/job.yaml", "train.py"]
+
+
+def test_outside_a_git_tree_it_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"not in a git tree.*git init"):
+        snapshot.take(tmp_path)
+
+
+def test_only_this_sides_options_are_left_out_of_what_the_login_node_gets() -> None:
+    given = ["jobs/mnist.yaml", "--host", "login", "--nodes", "2", "--host=x", "--allow-dirty"]
+    given += ["--remote-clustertrain", "/opt/ct", "--runs-dir=/r", "--", "--host", "kept"]
+    assert without_remote_options(given) == [
+        "jobs/mnist.yaml",
+        "--nodes",
+        "2",
+        "--",
+        "--host",
+        "kept",
+    ]
