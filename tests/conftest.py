@@ -19,7 +19,13 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m clustertrain ARGS`` with the project's interpreter."""
     return subprocess.run(
-        [sys.executable, "-m", "clustertrain", *args],
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "clustertrain",
+            *args,
+        ],  # -P: the installed one, not ./clustertrain
         cwd=cwd or ROOT,
         env={**os.environ, **(env or {})},
         capture_output=True,

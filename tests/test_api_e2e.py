@@ -10,7 +10,7 @@ import clustertrain
 from clustertrain.errors import FieldError
 from clustertrain.render import RenderedJob
 from tests.conftest import run_cli
-from tests.test_slurm_e2e import QUICK, cluster  # noqa: F401  (cluster is a fixture)
+from tests.test_slurm_e2e import SMOKE, cluster  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 
@@ -26,7 +26,11 @@ def test_submit_wait_logs_metrics_and_attach(
     runs_dir: str,
 ) -> None:
     job = clustertrain.submit(
-        "jobs/mnist.yaml", nodes=2, gpus_per_node=1, extra_args=QUICK, runs_dir=runs_dir
+        "jobs/mnist.yaml",
+        nodes=2,
+        gpus_per_node=1,
+        extra_args=[*SMOKE, "--epochs", "2"],
+        runs_dir=runs_dir,
     )
     assert isinstance(job, clustertrain.Job) and job.job_id.isdigit()
     followed = list(job.logs(follow=True))

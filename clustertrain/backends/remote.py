@@ -36,6 +36,7 @@ from . import snapshot, ssh
 # Where the login node's clustertrain keeps run folders of jobs submitted from elsewhere.
 REMOTE_RUNS = ".clustertrain/runs"
 RECONNECT_S, RECONNECTS = 2.0, 30
+_ERROR = "clustertrain: error: "
 _SUBMITTED = re.compile(r"^submitted job (\S+)")
 _RUN_FOLDER = re.compile(r"^run folder: (/.+)$")
 _SOURCE = re.compile(r"^(\S+ \S+) [|!] ")
@@ -93,7 +94,12 @@ def submit(
     job = next((m[1] for line in lines if (m := _SUBMITTED.match(line))), None)
     folder = next((m[1] for line in lines if (m := _RUN_FOLDER.match(line))), None)
     if status != 0 or job is None or folder is None:
-        raise UserError(f"host: {host}: the submission failed there (exit status {status})")
+        said = next((line for line in reversed(lines) if line.startswith(_ERROR)), "")
+        raise UserError(
+            f"{said.removeprefix(_ERROR)} (on {host})"
+            if said
+            else f"host: {host}: the submission failed there (exit status {status})"
+        )
     remote = Remote(host, folder, clustertrain)
     return _record(remote, runs_root), sent
 
@@ -107,7 +113,8 @@ def _stream(argv: list[str], echo: Callable[[str], None]) -> tuple[list[str], in
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
-            echo(lines[-1])
+            if not lines[-1].startswith(_ERROR):  # said once, as this side's own error
+                echo(lines[-1])
     return lines, proc.returncode
 
 
@@ -130,9 +137,15 @@ def _record(remote: Remote, runs_root: Path) -> Run:
     return run
 
 
+def _run_words(remote: Remote) -> list[str]:
+    """The run as the host's clustertrain finds it: a folder name under its runs root."""
+    folder = PurePosixPath(remote.run_dir)
+    return [folder.name, "--runs-dir", str(folder.parent)]
+
+
 def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
     """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status."""
-    words = [remote.clustertrain, command, remote.run_dir, *args]
+    words = [remote.clustertrain, command, *_run_words(remote), *args]
     done = subprocess.run(ssh.argv(remote.host, words), check=False)
     if done.returncode in (127, 255):
         ssh.fail(remote.host, words, done.returncode, "")
@@ -142,7 +155,7 @@ def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
 def follow(remote: Remote, args: Sequence[str], out: IO[str] = sys.stdout) -> int:
     """``logs --follow`` on the host, through every dropped connection, no line twice."""
     printed: Counter[str] = Counter()
-    words = [remote.clustertrain, "logs", remote.run_dir, "--follow", *args]
+    words = [remote.clustertrain, "logs", *_run_words(remote), "--follow", *args]
     for attempt in range(RECONNECTS + 1):
         seen: Counter[str] = Counter()
         with subprocess.Popen(

@@ -99,7 +99,7 @@ def submit(
     extra = spec_fields(ctx, replace_args, flags)
     if host:
         # Refused here first, in one line, before anything reaches the host.
-        api.plan(job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=True, **flags)
+        api.plan(job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags)
         _submit_remote(ctx, host, runs_dir, allow_dirty, remote_clustertrain)
         return
     if dry_run:
