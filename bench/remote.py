@@ -32,8 +32,16 @@ from pathlib import Path
 from clustertrain.backends import ssh
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "clustertrain"]
-JOB = ["--script", "tests/jobs/hello_world.py", "--nodes", "1", "--no-prepare"]
+CLI = [sys.executable, "-P", "-m", "clustertrain"]
+JOB = [
+    "--script",
+    "tests/jobs/hello_world.py",
+    "--nodes",
+    "1",
+    "--cpus-per-task",
+    "1",
+    "--no-prepare",
+]
 TICKER = """import time
 for _ in range(100):
     print("tick", time.time(), flush=True)
@@ -91,9 +99,20 @@ def submits(tree: Path, env: dict[str, str], runs: int) -> dict[str, list[float]
 
 def lateness(tree: Path, env: dict[str, str], over_ssh: bool) -> list[float]:
     (tree / "ticker.py").write_text(TICKER)
-    argv = [*CLI, "submit", "--script", "ticker.py", "--nodes", "1", "--no-prepare"]
+    argv = [
+        *CLI,
+        "submit",
+        "--script",
+        "ticker.py",
+        "--nodes",
+        "1",
+        "--cpus-per-task",
+        "1",
+        "--no-prepare",
+    ]
     if over_ssh:
-        argv[3:3] = ["--host", "login", "--allow-dirty"]
+        at = argv.index("submit") + 1
+        argv[at:at] = ["--host", "login", "--allow-dirty"]
     out = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
     job = re.search(r"submitted job (\d+)", out)[1]  # type: ignore[index]
     follow = subprocess.Popen([*CLI, "logs", "last" if over_ssh else job, "--follow"], cwd=tree,
