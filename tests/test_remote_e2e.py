@@ -110,9 +110,20 @@ def test_a_job_submitted_over_ssh_completes_and_is_followed_here_through_a_dropp
     status = run_cli("status", "last", cwd=tree, env=env).stdout
     assert f"job {job_id} (mnist-ddp): COMPLETED" in status and "final test accuracy" in status
 
+    # plot fetches the events and metrics and draws here.
+    drawn = run_cli("plot", "last", "-o", str(here / "remote.png"), cwd=tree, env=env)
+    assert drawn.returncode == 0, drawn.stderr
+    assert (here / "remote.png").read_bytes().startswith(b"\x89PNG")
+    assert (here / protocol.EVENTS_FILE).is_file() and not (here / protocol.LOGS_DIR).exists()
+
     # The same tree again: no code is sent.
-    _, _, again = _submit(tree, env, *_mnist(data_dir, *SMOKE), "--dry-run")
-    assert f"code: already in {HOST}:~/.clustertrain/code/" in again
+    again = run_cli(
+        "submit", "--host", HOST, "--dry-run", *_mnist(data_dir, *SMOKE), cwd=tree, env=env
+    )
+    assert again.returncode == 0, again.stderr
+    assert f"code: already in {HOST}:~/.clustertrain/code/" in again.stdout
+    assert "#SBATCH --nodes=2" in again.stdout  # rendered there, queued nowhere
+    assert len(list(here.parent.iterdir())) == 1  # and recorded nowhere here
 
 
 def test_a_dirty_tree_is_refused_and_sent_as_it_is_with_allow_dirty(

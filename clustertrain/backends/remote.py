@@ -14,10 +14,13 @@ lines (a node's rank, a launcher) in their file order, so counting per source is
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import shlex
 import subprocess
 import sys
+import tarfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,6 +32,7 @@ from clustertrain import protocol
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.runs import Run, read_run
+from clustertrain.spec import sweep
 from clustertrain.version import __version__
 
 from . import snapshot, ssh
@@ -196,3 +200,20 @@ def doctor(host: str, clustertrain: str, echo: Callable[[str], None] = print) ->
              "install the same version there")  # fmt: skip
         return 1
     return status
+
+
+# What plot reads from a run folder, fetched from the host (no logs, no checkpoints).
+_DRAWN = (protocol.EVENTS_FILE, protocol.METRICS_FILE, sweep.TABLE)
+
+
+def fetch(remote: Remote, here: Path) -> None:
+    """Copy what ``plot`` draws from the host's run folder into ``here``."""
+    names = " -o ".join(f"-name {shlex.quote(name)}" for name in _DRAWN)
+    script = f"cd {shlex.quote(remote.run_dir)} && "
+    script += f"find . -type f \\( {names} \\) -print0 | tar -c --null -T -"
+    done = ssh.run(remote.host, [], raw=script)
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
+        raise UserError(f"host: {remote.host}: cannot read {remote.run_dir}: {said[-1][:200]}")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        tar.extractall(here, filter="data")  # plain files inside ``here`` only

@@ -105,6 +105,10 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
     except ImportError:
         raise UserError("plot needs matplotlib: pip install 'clustertrain[plot]'") from None
     run = Job.attach(job, runs_dir).run
+    from clustertrain.backends import remote
+
+    if far := remote.of(run):  # drawn here, from the events and metrics the host has
+        remote.fetch(far, run.path)
     out = Path(output) if output else run.path / "plot.png"
     if out.suffix.lower() != ".png":
         raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
@@ -125,6 +129,7 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
     from clustertrain.runs import results as table
 
     attached = Job.attach(job, runs_dir)
+    forward_remote(attached, "results", *(["--json"] if as_json else []))
     if not runs.tasks(attached.run):
         raise UserError(f"JOB: {attached.job_id} is not a sweep; see `clustertrain status`")
     found = table.rows(attached.run, attached.job_state(), _warn)
