@@ -33,19 +33,23 @@ JOB = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--", *SLURM_A
 QUICK_SLURMD_TIMEOUT_S = 10
 
 
-@pytest.fixture
-def layout(cluster: None) -> Iterator[local.Layout]:  # noqa: F811
-    """The shared cluster started afresh with a quick verdict on a silent node, and again as
-    it was after the test failed one of its nodes."""
+def restarted_with(slurmd_timeout_s: int) -> Iterator[local.Layout]:
+    """The shared cluster started afresh with this SlurmdTimeout (Slurm's verdict on a silent
+    node), and again as it was after the test, which fails one of its nodes."""
     found = local.current_layout(local.default_state_dir())
     assert found is not None
     if found.network != "namespaces":
         pytest.skip("needs the namespace layout, where a node is a host of its own")
     local.down(found.state_dir)
-    local.up(dataclasses.replace(found, slurmd_timeout_s=QUICK_SLURMD_TIMEOUT_S))
+    local.up(dataclasses.replace(found, slurmd_timeout_s=slurmd_timeout_s))
     yield found
     local.down(found.state_dir)
     local.up(found)
+
+
+@pytest.fixture
+def layout(cluster: None) -> Iterator[local.Layout]:  # noqa: F811
+    yield from restarted_with(QUICK_SLURMD_TIMEOUT_S)
 
 
 @pytest.fixture

@@ -44,6 +44,11 @@ def test_a_host_that_could_be_an_option_or_hides_words_is_refused(
     assert len(done.stderr.splitlines()) == 1 and not runs.exists()
 
 
+def test_doctor_refuses_a_host_that_could_be_an_option() -> None:
+    done = run_cli("doctor", "--host", "-oProxyCommand=x")
+    assert done.returncode == 2 and done.stderr.startswith("clustertrain: error: host: ")
+
+
 def test_an_unreachable_host_is_one_line_and_nothing_is_written(tree: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     done = run_cli(

@@ -160,6 +160,18 @@ def test_the_login_nodes_refusal_is_one_line_here(tree: Path, env: dict[str, str
     assert "error" not in done.stdout and not Path(env["CLUSTERTRAIN_RUNS_DIR"]).exists()
 
 
+def test_doctor_asks_the_login_node(tree: Path) -> None:
+    done = run_cli("doctor", "--host", HOST, cwd=tree, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    version = run_cli("--version").stdout.split()[-1]
+    assert f"ssh {HOST}: reached; clustertrain there: {version}, here: {version}" in done.stdout
+    assert "partition" in done.stdout and "submission host: ready" in done.stdout
+    missing = run_cli("doctor", "--host", HOST, "--remote-clustertrain", "/nowhere/ct", timeout=60)
+    assert missing.returncode == 2 and missing.stderr.startswith(
+        f"clustertrain: error: host: {HOST} has no `/nowhere/ct`"
+    ), missing.stderr
+
+
 def test_status_and_cancel_from_here(tree: Path, env: dict[str, str], data_dir: Path) -> None:
     job_id, _, _ = _submit(tree, env, *_mnist(data_dir, "--recipe", "fast", "--epochs", "50"))
     deadline = time.monotonic() + 120

@@ -5,7 +5,6 @@ checkpoint, and the job ends COMPLETED without a requeue, as an uninterrupted ru
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
@@ -17,7 +16,7 @@ import pytest
 from clustertrain import api, protocol
 from clustertrain import cluster as local
 from tests.conftest import run_cli
-from tests.test_node_failure_e2e import _second_node
+from tests.test_node_failure_e2e import _second_node, restarted_with
 from tests.test_preemption import RUN_TIMEOUT_S, SLURM_ARGS, _assert_same_run, _attempt_log, _wait
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
@@ -28,17 +27,7 @@ JOB = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--spare-nodes
 
 @pytest.fixture
 def site_cluster(cluster: None) -> Iterator[local.Layout]:  # noqa: F811
-    """The shared cluster started afresh with a site's SlurmdTimeout, and again as it was
-    after the test (which fails one of its nodes)."""
-    found = local.current_layout(local.default_state_dir())
-    assert found is not None
-    if found.network != "namespaces":
-        pytest.skip("needs the namespace layout, where a node is a host of its own")
-    local.down(found.state_dir)
-    local.up(dataclasses.replace(found, slurmd_timeout_s=SITE_SLURMD_TIMEOUT_S))
-    yield found
-    local.down(found.state_dir)
-    local.up(found)
+    yield from restarted_with(SITE_SLURMD_TIMEOUT_S)
 
 
 @pytest.fixture

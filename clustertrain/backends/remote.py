@@ -91,19 +91,15 @@ def submit(
     raw += f'CLUSTERTRAIN_RUNS_DIR="$HOME"/{REMOTE_RUNS} exec '
     lines, status = _stream(ssh.argv(host, [clustertrain, "submit", *args], raw), echo)
     ssh.fail(host, [clustertrain], status, "\n".join(lines))
-    if "--dry-run" in args[: args.index("--") if "--" in args else len(args)]:
-        if status != 0:
-            raise SystemExit(status)
+    said = next((line for line in reversed(lines) if line.startswith(_ERROR)), "")
+    if status != 0 and said:
+        raise UserError(f"{said.removeprefix(_ERROR)} (on {host})")
+    if status == 0 and "--dry-run" in args[: args.index("--") if "--" in args else len(args)]:
         return None, sent
     job = next((m[1] for line in lines if (m := _SUBMITTED.match(line))), None)
     folder = next((m[1] for line in lines if (m := _RUN_FOLDER.match(line))), None)
     if status != 0 or job is None or folder is None:
-        said = next((line for line in reversed(lines) if line.startswith(_ERROR)), "")
-        raise UserError(
-            f"{said.removeprefix(_ERROR)} (on {host})"
-            if said
-            else f"host: {host}: the submission failed there (exit status {status})"
-        )
+        raise UserError(f"host: {host}: the submission failed there (exit status {status})")
     remote = Remote(host, folder, clustertrain)
     return _record(remote, runs_root), sent
 

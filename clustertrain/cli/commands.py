@@ -16,7 +16,9 @@ import click
 from clustertrain.cli import runs as cli_runs
 from clustertrain.cli.cluster import cluster
 from clustertrain.cli.options import (
+    host_option,
     prepare_option,
+    remote_clustertrain_option,
     remote_options,
     runs_dir_option,
     spec_fields,
@@ -307,22 +309,11 @@ def logs(
 
 @cli.command(epilog="\b\nExamples:\n  clustertrain doctor\n  clustertrain doctor --host login")
 @runs_dir_option
-@click.option(
-    "--host",
-    envvar="CLUSTERTRAIN_HOST",
-    metavar="HOST",
-    help="Ask this login node over ssh instead: ssh, its clustertrain's version, its doctor.",
-)
-@click.option(
-    "--remote-clustertrain",
-    envvar="CLUSTERTRAIN_REMOTE_CLUSTERTRAIN",
-    metavar="PATH",
-    default="clustertrain",
-    show_default=True,
-    help="With --host: the clustertrain to run on the login node.",
-)
+@host_option
+@remote_clustertrain_option
 def doctor(runs_dir: str | None, host: str | None, remote_clustertrain: str) -> None:
-    """What the cluster offers, and whether this host has what jobs need (exit 1 if not)."""
+    """What the cluster offers, and whether this host has what jobs need (exit 1 if not); with
+    --host, what that login node says, after ssh and its clustertrain's version."""
     from clustertrain import api, runs
     from clustertrain.backends import doctor as checks
 

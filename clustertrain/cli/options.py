@@ -105,19 +105,16 @@ REMOTE_OPTIONS = {"--host": True, "--remote-clustertrain": True, "--runs-dir": T
 REMOTE_SWITCHES = {"--allow-dirty"}
 
 
-def remote_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    func = click.option(
+def host_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
         "--host",
         envvar="CLUSTERTRAIN_HOST",
         metavar="HOST",
-        help="Submit on this login node over ssh (a destination of your ~/.ssh/config); "
-        "$CLUSTERTRAIN_HOST too.",
+        help="A login node over ssh (a destination of your ~/.ssh/config); $CLUSTERTRAIN_HOST too.",
     )(func)
-    func = click.option(
-        "--allow-dirty",
-        is_flag=True,
-        help="With --host: send uncommitted changes as they are (never ignored files).",
-    )(func)
+
+
+def remote_clustertrain_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--remote-clustertrain",
         envvar="CLUSTERTRAIN_REMOTE_CLUSTERTRAIN",
@@ -126,6 +123,16 @@ def remote_options(func: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="With --host: the clustertrain to run on the login node.",
     )(func)
+
+
+def remote_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """submit's: where, what code, which clustertrain there."""
+    func = click.option(
+        "--allow-dirty",
+        is_flag=True,
+        help="With --host: send uncommitted changes as they are (never ignored files).",
+    )(func)
+    return host_option(remote_clustertrain_option(func))
 
 
 def without_remote_options(args: list[str]) -> list[str]:
