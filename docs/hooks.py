@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from clustertrain.cli.options import default_text, flag_name
+from clustertrain.cli.options import default_text
 from clustertrain.spec import JobSpec
+from clustertrain.spec.flags import flag_name
 
 # The table replaces what lies between these (a note for readers of the plain Markdown).
 START, END = "<!-- fields -->", "<!-- /fields -->"

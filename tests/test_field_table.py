@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustertrain.cli.options import SPEC_FLAGS, flag_name
+from clustertrain.cli.options import SPEC_FLAGS
 from clustertrain.errors import FieldError
 from clustertrain.spec import FIELDS, VALIDATORS, JobSpec, build_spec
+from clustertrain.spec.flags import flag_name
 from clustertrain.spec.jobfile import Plain
 from tests.conftest import run_cli
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from clustertrain.spec import JobSpec
+from clustertrain.spec.flags import flag_name
 from clustertrain.spec.jobfile import Plain
 
 
@@ -19,10 +20,6 @@ def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
         help="Root of the run folders (default: $CLUSTERTRAIN_RUNS_DIR, else ./runs). "
         "It must be on a filesystem every node sees.",
     )(func)
-
-
-def flag_name(field: dataclasses.Field[Any]) -> str:
-    return str(field.metadata["flag"] or "--" + field.name.replace("_", "-"))
 
 
 def default_text(field: dataclasses.Field[Any]) -> str | None:
