@@ -8,13 +8,17 @@ local runs use too.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 # Slurm job ids, and array tasks (N_M): nothing else reaches a Slurm command.
 JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?")
 
 
 LOCAL_ID = re.compile(r"local-[0-9]{1,10}")
+# A state as squeue and sacct print it (CANCELLED+, OUT_OF_MEMORY), never more.
+STATE = re.compile(r"[A-Z_]{1,32}\+?")
+_TEXT_MAX = 1024
 
 TERMINAL_STATES = frozenset(
     {
@@ -54,3 +58,47 @@ class JobState:
         for _, state in self.tasks:
             seen[state] = seen.get(state, 0) + 1
         return ", ".join(f"{n} {state}" for state, n in seen.items())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The state as ``status --json`` prints it."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobState:
+        """A state another clustertrain printed (``status --json`` on a login node), every value
+        checked: raises ValueError for anything that is not one."""
+        if not isinstance(data, dict) or set(data) - {f.name for f in fields(cls)}:
+            raise ValueError("not a job state")
+        job_id, state, restarts = data.get("job_id"), data.get("state"), data.get("restarts", 0)
+        if not isinstance(job_id, str) or not (
+            JOB_ID.fullmatch(job_id) or LOCAL_ID.fullmatch(job_id)
+        ):
+            raise ValueError(f"bad job id {job_id!r:.40}")
+        if not isinstance(state, str) or not STATE.fullmatch(state):
+            raise ValueError(f"bad state {state!r:.40}")
+        if (
+            isinstance(restarts, bool)
+            or not isinstance(restarts, int)
+            or not 0 <= restarts < 1 << 31
+        ):
+            raise ValueError(f"bad restart count {restarts!r:.40}")
+        texts = {name: data.get(name, "") for name in ("nodes", "elapsed", "exit_code", "reason")}
+        for name, text in texts.items():
+            if not isinstance(text, str) or len(text) > _TEXT_MAX or not text.isprintable():
+                raise ValueError(f"bad {name} {text!r:.40}")
+        tasks = data.get("tasks", [])
+        if not isinstance(tasks, list) or not all(_task(task) for task in tasks):
+            raise ValueError("bad tasks")
+        found = tuple((int(n), str(s)) for n, s in tasks)
+        return cls(job_id, state, restarts=restarts, tasks=found, **texts)
+
+
+def _task(task: Any) -> bool:
+    return (
+        isinstance(task, list | tuple)
+        and len(task) == 2
+        and type(task[0]) is int
+        and 0 <= task[0] < 1 << 31
+        and isinstance(task[1], str)
+        and STATE.fullmatch(task[1]) is not None
+    )

@@ -3,6 +3,7 @@ and Slurm. Each command parses, calls the library, prints."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,17 +18,24 @@ if TYPE_CHECKING:
     from clustertrain.jobstate import JobState
 
 
-@click.command(epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42")
+@click.command(
+    epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42\n"
+    "  clustertrain status last --json"
+)
 @click.argument("job", default="last")
+@click.option("--json", "as_json", is_flag=True, help="The state alone, as JSON, for scripts.")
 @runs_dir_option
-def status(job: str, runs_dir: str | None) -> None:
+def status(job: str, as_json: bool, runs_dir: str | None) -> None:
     """State, nodes, elapsed time, restarts and, once done, the final accuracy of JOB."""
     from clustertrain import runs
     from clustertrain.api import Job
 
     attached = Job.attach(job, runs_dir)
-    forward_remote(attached, "status")
+    forward_remote(attached, "status", *(["--json"] if as_json else []))
     run, state = attached.run, attached.job_state()
+    if as_json:
+        click.echo(json.dumps(state.as_dict()))
+        return
     if runs.tasks(run):
         _sweep_status(attached, state)
         return
@@ -104,11 +112,9 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
         from clustertrain.runs import plot as drawing
     except ImportError:
         raise UserError("plot needs matplotlib: pip install 'clustertrain[plot]'") from None
-    run = Job.attach(job, runs_dir).run
-    from clustertrain.backends import remote
-
-    if far := remote.of(run):  # drawn here, from the events and metrics the host has
-        remote.fetch(far, run.path)
+    attached = Job.attach(job, runs_dir)
+    run = attached.run
+    attached.backend.sync(run)  # a remote run's events and metrics, drawn here
     out = Path(output) if output else run.path / "plot.png"
     if out.suffix.lower() != ".png":
         raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
