@@ -28,6 +28,7 @@ from clustertrain import runs
 from clustertrain.errors import FieldError
 from clustertrain.render import RenderedJob, render
 from clustertrain.spec import build_spec, jobfile
+from clustertrain.spec.flags import as_flags
 
 # Lazy below, for start-up time: a dry run needs neither the backends nor the log reader, and
 # submitit alone costs 0.1 s.
@@ -72,21 +73,69 @@ def submit(
     preflight: bool = True,
     extra_args: Sequence[str] = (),
     runs_dir: str | None = None,
+    host: str | None = None,
+    allow_dirty: bool = False,
+    remote_clustertrain: str | None = None,
     **fields: Any,
-) -> Job | RenderedJob:
+) -> Job | RenderedJob | None:
     """Validate, check against the partition (unless ``preflight=False``) and queue a job.
 
     With ``dry_run=True`` nothing is checked against Slurm, run or written: the rendered job
     comes back instead (``.batch_script``, ``.launch_script``, ``.dry_run_text()``). Otherwise
     the job's prepare commands run here first (see :mod:`clustertrain.backends.prepare`;
     ``skip_prepare=True`` skips them).
-    """
-    from clustertrain.backends.slurm import SlurmBackend  # lazy: start-up time
 
+    With ``host`` (or ``$CLUSTERTRAIN_HOST``), a login node over ssh does all of that, in a
+    snapshot of this git tree, as ``clustertrain submit --host`` (see
+    :mod:`clustertrain.backends.remote`); the fields are checked here first. A dry run there
+    prints what it would submit and returns None.
+    """
+    host = host or os.environ.get("CLUSTERTRAIN_HOST") or None
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
+    if host is not None:
+        switches = ["--dry-run"] * dry_run + ["--no-preflight"] * (not preflight)
+        clustertrain = remote_clustertrain or os.environ.get("CLUSTERTRAIN_REMOTE_CLUSTERTRAIN")
+        return submit_remote(
+            host, _submit_words(job_file, extra_args, fields, switches), runs_dir, allow_dirty,
+            clustertrain or "clustertrain",
+        )  # fmt: skip
     if dry_run:
         return job
+    from clustertrain.backends.slurm import SlurmBackend  # lazy: start-up time
+
     return Job.start(job, SlurmBackend(slurm()), preflight)
+
+
+def _submit_words(
+    job_file: str | None, extra_args: Sequence[str], fields: dict[str, Any], switches: list[str]
+) -> list[str]:
+    """``submit``'s command line for what ``fields`` ask (clustertrain.spec.flags), with
+    ``switches`` of its own; what follows ``--`` is the training script's."""
+    given = {name: value for name, value in fields.items() if name not in ("args", "skip_prepare")}
+    # The job file's place in the snapshot is its place here, relative to this directory.
+    words = [os.path.relpath(job_file)] if job_file else []
+    words += as_flags(given) + ["--no-prepare"] * bool(fields.get("skip_prepare")) + switches
+    if fields.get("args") is not None:
+        return [*words, "--replace-args", "--", *fields["args"], *extra_args]
+    return [*words, "--", *extra_args] if extra_args else words
+
+
+def submit_remote(
+    host: str,
+    words: Sequence[str],
+    runs_dir: str | None = None,
+    allow_dirty: bool = False,
+    clustertrain: str = "clustertrain",
+) -> Job | None:
+    """``clustertrain submit WORDS`` on ``host``, in a snapshot of the git tree that holds this
+    directory; the job as this side records it (None for a dry run)."""
+    from clustertrain.backends import remote, ssh  # lazy: start-up time
+
+    ssh.check_host(host)
+    run, _ = remote.submit(
+        host, words, Path.cwd(), runs.runs_root(runs_dir), allow_dirty, clustertrain
+    )
+    return None if run is None else Job(run)
 
 
 def run_local(
@@ -115,12 +164,16 @@ def slurm() -> Slurm:
     return Slurm(conf=local if not named and local.is_file() else None)
 
 
-def backend_for(job_id: str) -> Backend:
-    """The backend whose ids look like ``job_id``."""
+def backend_for(run: runs.Run) -> Backend:
+    """The backend that answers for ``run``: the login node's for a run submitted with a host,
+    else the one whose ids look like its job id."""
+    from clustertrain.backends import remote  # lazy: start-up time
     from clustertrain.backends.local import LocalBackend  # lazy: start-up time
     from clustertrain.backends.slurm import SlurmBackend  # lazy: start-up time
 
-    return LocalBackend() if LocalBackend.owns(job_id) else SlurmBackend(slurm())
+    if far := remote.of(run):
+        return remote.RemoteBackend(far)
+    return LocalBackend() if LocalBackend.owns(run.job_id) else SlurmBackend(slurm())
 
 
 class Job:
@@ -128,7 +181,7 @@ class Job:
 
     def __init__(self, run: runs.Run, backend: Backend | None = None) -> None:
         self.run = run
-        self.backend = backend or backend_for(run.job_id)
+        self.backend = backend or backend_for(run)
 
     @classmethod
     def start(cls, job: RenderedJob, backend: Backend, preflight: bool = True) -> Job:
@@ -181,16 +234,14 @@ class Job:
         folded to a line per run unless ``raw``."""
         from clustertrain.runs import logs  # lazy: start-up time
 
-        filters = logs.Filter(rank=rank, node=node, raw=raw)
-        if follow:
-            return logs.follow_lines(self.run, filters, self.job_state)
-        return logs.read_all(self.run, filters)
+        return self.backend.logs(self.run, logs.Filter(rank=rank, node=node, raw=raw), follow)
 
     def cancel(self) -> None:
         self.backend.cancel(self.run)
 
     def metrics(self) -> list[dict[str, Any]]:
         """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``)."""
+        self.backend.sync(self.run)
         return self.run.metrics()
 
     def __repr__(self) -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from clustertrain.backends import snapshot
+import clustertrain
+from clustertrain.backends import remote, snapshot
 from clustertrain.cli.options import without_remote_options
-from clustertrain.errors import UserError
+from clustertrain.errors import FieldError, UserError
 from tests.conftest import run_cli
 
 
@@ -110,4 +112,52 @@ def test_only_this_sides_options_are_left_out_of_what_the_login_node_gets() -> N
         "--",
         "--host",
         "kept",
+    ]
+
+
+def test_the_api_refuses_a_host_that_could_be_an_option_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    with pytest.raises(UserError, match=r"^host: "):
+        clustertrain.submit(host="-oProxyCommand=x", script="train.py", runs_dir=str(runs))
+    with pytest.raises(FieldError, match=r"^nodes: "):  # a bad field, before any host is asked
+        clustertrain.submit(host="nohost.invalid", nodes=0, runs_dir=str(runs))
+    assert not runs.exists()
+
+
+def test_the_api_hands_the_login_node_the_command_line_its_fields_make(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``submit(host=...)`` passes on (the login node's clustertrain is faked here; the
+    real one reads it in tests/test_remote_e2e.py)."""
+    passed: list[tuple[str, list[str], Path, str]] = []
+
+    def fake(host: str, words: list[str], here: Path, root: Path, dirty: bool, ct: str) -> Any:
+        passed.append((host, list(words), here, ct))
+        return None, False
+
+    monkeypatch.setattr(remote, "submit", fake)
+    monkeypatch.chdir(tree)
+    monkeypatch.setenv("CLUSTERTRAIN_HOST", "login")
+    got = clustertrain.submit(
+        str(tree / "sub" / "job.yaml"), nodes=2, env={"A": "1"}, skip_prepare=True,
+        extra_args=["--epochs", "1"], remote_clustertrain="/opt/ct", preflight=False,
+    )  # fmt: skip
+    assert got is None
+    host, words, here, ct = passed[0]
+    assert (host, here, ct) == ("login", tree, "/opt/ct")
+    assert words == [
+        "sub/job.yaml", "--nodes=2", "--env=A=1", "--no-prepare", "--no-preflight", "--",
+        "--epochs", "1",
+    ]  # fmt: skip
+    clustertrain.submit(script="train.py", args=["--lr", "1"], extra_args=["-v"], dry_run=True)
+    assert passed[1][1] == [
+        "--script=train.py",
+        "--dry-run",
+        "--replace-args",
+        "--",
+        "--lr",
+        "1",
+        "-v",
     ]

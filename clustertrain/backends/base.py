@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, ClassVar
 
 from clustertrain.jobstate import JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
+
+if TYPE_CHECKING:
+    from clustertrain.runs.logs import Filter
 
 
 class Backend(ABC):
@@ -48,3 +52,14 @@ class Backend(ABC):
     @abstractmethod
     def cancel(self, run: Run) -> None:
         """End the job, whatever its state."""
+
+    def logs(self, run: Run, filters: Filter, follow: bool = False) -> Iterator[str]:
+        """The run's lines, ``node1 rank0 | ...``; with ``follow``, new ones until it ends."""
+        from clustertrain.runs import logs  # lazy: start-up time (a dry run reads no logs)
+
+        if follow:
+            return logs.follow_lines(run, filters, lambda: self.state(run))
+        return logs.read_all(run, filters)
+
+    def sync(self, run: Run) -> None:  # noqa: B027 - a hook: most backends write here already
+        """Bring what the run folder's events and metrics say up to date here."""

@@ -23,19 +23,25 @@ import sys
 import tarfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, printable, read_regular
+from clustertrain.jobstate import JOB_ID, JobState
+from clustertrain.render import RenderedJob
 from clustertrain.runs import Run, read_run
 from clustertrain.spec import sweep
 from clustertrain.version import __version__
 
 from . import snapshot, ssh
+from .base import Backend
+
+if TYPE_CHECKING:
+    from clustertrain.runs.logs import Filter
 
 # Where the login node's clustertrain keeps run folders of jobs submitted from elsewhere.
 REMOTE_RUNS = ".clustertrain/runs"
@@ -152,31 +158,108 @@ def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
     return done.returncode
 
 
+class Streamed:
+    """``logs`` on the host, its lines as they come, through every dropped connection, none
+    twice; ``status`` is the host's exit status once the lines are done."""
+
+    def __init__(self, remote: Remote, args: Sequence[str], follow: bool = True) -> None:
+        self.remote, self.status = remote, 0
+        self.words = [remote.clustertrain, "logs", *_run_words(remote)]
+        self.words += [*(["--follow"] if follow else []), *args]
+
+    def __iter__(self) -> Iterator[str]:
+        printed: Counter[str] = Counter()
+        for attempt in range(RECONNECTS + 1):
+            seen: Counter[str] = Counter()
+            argv = ssh.argv(self.remote.host, self.words)
+            with subprocess.Popen(
+                argv, stdout=subprocess.PIPE, text=True, errors="replace"
+            ) as proc:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    source = m[1] if (m := _SOURCE.match(line)) else ""
+                    seen[source] += 1
+                    if seen[source] > printed[source]:
+                        printed[source] += 1
+                        yield line
+            self.status = proc.returncode
+            if proc.returncode != 255:
+                return
+            if attempt < RECONNECTS:
+                print(f"clustertrain: the connection to {self.remote.host} dropped; connecting "
+                      "again", file=sys.stderr)  # fmt: skip
+                time.sleep(RECONNECT_S)
+        ssh.fail(self.remote.host, self.words, 255, "")
+
+
 def follow(remote: Remote, args: Sequence[str], out: IO[str] = sys.stdout) -> int:
-    """``logs --follow`` on the host, through every dropped connection, no line twice."""
-    printed: Counter[str] = Counter()
-    words = [remote.clustertrain, "logs", *_run_words(remote), "--follow", *args]
-    for attempt in range(RECONNECTS + 1):
-        seen: Counter[str] = Counter()
-        with subprocess.Popen(
-            ssh.argv(remote.host, words), stdout=subprocess.PIPE, text=True, errors="replace"
-        ) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                source = m[1] if (m := _SOURCE.match(line)) else ""
-                seen[source] += 1
-                if seen[source] > printed[source]:
-                    printed[source] += 1
-                    out.write(line)
-                    out.flush()
-        if proc.returncode != 255:
-            return proc.returncode
-        if attempt < RECONNECTS:
-            print(f"clustertrain: the connection to {remote.host} dropped; connecting again",
-                  file=sys.stderr)  # fmt: skip
-            time.sleep(RECONNECT_S)
-    ssh.fail(remote.host, words, 255, "")
-    return 255
+    """``logs --follow`` on the host, here; its exit status."""
+    streamed = Streamed(remote, args)
+    for line in streamed:
+        out.write(line)
+        out.flush()
+    return streamed.status
+
+
+def filter_words(filters: Filter) -> list[str]:
+    """``logs``' options that select what ``filters`` selects."""
+    words = ["--rank", str(filters.rank)] if filters.rank is not None else []
+    words += ["--node", filters.node] if filters.node else []
+    return words + [
+        flag for flag, on in (("--errors", filters.errors), ("--raw", filters.raw)) if on
+    ]
+
+
+class RemoteBackend(Backend):
+    """A job that a login node's clustertrain rendered, checked and queued (:func:`submit`):
+    its state, its lines and its cancellation are that clustertrain's answers, through ssh."""
+
+    name = "ssh"
+    job_ids = JOB_ID
+    accepted = "queued"
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+
+    @staticmethod
+    def cancel_command(job_id: str) -> str:
+        return f"scancel {job_id}  (on the login node)"
+
+    def check(self, job: RenderedJob, preflight: bool = True) -> None:
+        raise UserError("host: the login node's clustertrain renders and checks the job there")
+
+    def submit(self, job: RenderedJob) -> str:
+        raise UserError("host: the login node's clustertrain queues the job; see remote.submit")
+
+    def state(self, run: Run) -> JobState:
+        said = self._ask("status", "--json")
+        try:
+            return JobState.from_dict(json.loads(said))
+        except ValueError as error:
+            raise UserError(
+                f"host: {self.remote.host}: status said no job state ({error})"
+            ) from None
+
+    def cancel(self, run: Run) -> None:
+        self._ask("cancel")
+
+    def logs(self, run: Run, filters: Filter, follow: bool = False) -> Iterator[str]:
+        return (line.rstrip("\n") for line in Streamed(self.remote, filter_words(filters), follow))
+
+    def sync(self, run: Run) -> None:
+        fetch(self.remote, run.path)
+
+    def _ask(self, command: str, *args: str) -> str:
+        """``clustertrain COMMAND RUN ARGS`` on the host; its output, or its error as one line."""
+        words = [self.remote.clustertrain, command, *_run_words(self.remote), *args]
+        done = ssh.run(self.remote.host, words, timeout=120)
+        if done.returncode != 0:
+            said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
+            why = said[-1].removeprefix(_ERROR)[:300]
+            raise UserError(
+                f"{printable(why)} (on {self.remote.host}, exit status {done.returncode})"
+            )
+        return done.stdout.decode("utf-8", "replace")
 
 
 def doctor(host: str, clustertrain: str, echo: Callable[[str], None] = print) -> int:

@@ -131,18 +131,12 @@ def submit(
 def _submit_remote(
     ctx: click.Context, host: str, runs_dir: str | None, allow_dirty: bool, clustertrain: str
 ) -> None:
-    from pathlib import Path
+    from clustertrain import api
 
-    from clustertrain import runs
-    from clustertrain.backends import remote, ssh
-
-    ssh.check_host(host)
     args = without_remote_options(ctx.meta["argv"])
-    run, _ = remote.submit(
-        host, args, Path.cwd(), runs.runs_root(runs_dir), allow_dirty, clustertrain, click.echo
-    )
-    if run is not None:
-        click.echo(f"here: {run.path} (status, logs and cancel ask {host})")
+    submitted = api.submit_remote(host, args, runs_dir, allow_dirty, clustertrain)
+    if submitted is not None:
+        click.echo(f"here: {submitted.run_dir} (status, logs and cancel ask {host})")
 
 
 @cli.command(
@@ -283,17 +277,13 @@ def logs(
     the consequences in other ranks and launchers are folded to one line per run (--raw
     shows them)."""
     from clustertrain.api import Job
+    from clustertrain.backends.remote import filter_words
     from clustertrain.runs import logs as joblogs
 
     attached = Job.attach(job, runs_dir)
     run = attached.run
-    passed = [
-        *(["--rank", str(rank)] if rank is not None else []),
-        *(["--node", node] if node else []),
-    ]
-    passed += [flag for flag, on in (("--errors", errors), ("--raw", raw)) if on]
-    cli_runs.forward_remote(attached, "logs", *passed, follow=follow)
     filters = joblogs.Filter(rank=rank, node=node, errors=errors, raw=raw)
+    cli_runs.forward_remote(attached, "logs", *filter_words(filters), follow=follow)
     if not follow:
         failure = joblogs.first_failure(run) if errors else None
         for line in failure.lines() if failure else []:
