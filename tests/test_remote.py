@@ -3,6 +3,7 @@ git tree (real git, temporary trees), and the command line passed on to the logi
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import clustertrain
 from clustertrain.backends import remote, snapshot
 from clustertrain.cli.options import without_remote_options
 from clustertrain.errors import FieldError, UserError
+from clustertrain.jobstate import JobState
 from tests.conftest import run_cli
 
 
@@ -161,3 +163,48 @@ def test_the_api_hands_the_login_node_the_command_line_its_fields_make(
         "1",
         "-v",
     ]
+
+
+STATES = [
+    JobState("42", "RUNNING", nodes="n[1-2]", elapsed="0:05", restarts=1),
+    JobState("42_3", "CANCELLED+", exit_code="0:15", reason="None"),
+    JobState("40", "RUNNING", tasks=((0, "COMPLETED"), (1, "PENDING"))),
+    JobState("local-123", "COMPLETED"),
+]
+
+
+@pytest.mark.parametrize("state", STATES, ids=[s.job_id for s in STATES])
+def test_a_state_said_as_json_reads_back_as_itself(state: JobState) -> None:
+    assert JobState.from_dict(json.loads(json.dumps(state.as_dict()))) == state
+
+
+BAD_STATES: list[Any] = [
+    [],
+    {"state": "RUNNING"},  # no job id
+    {"job_id": "42; scancel -u root", "state": "RUNNING"},
+    {"job_id": "-u", "state": "RUNNING"},
+    {"job_id": "42", "state": "running now"},
+    {"job_id": "42", "state": "RUNNING", "restarts": True},
+    {"job_id": "42", "state": "RUNNING", "restarts": -1},
+    {"job_id": "42", "state": "RUNNING", "reason": "\x1b[2Jgone"},
+    {"job_id": "42", "state": "RUNNING", "nodes": "n" * 2000},
+    {"job_id": "42", "state": "RUNNING", "tasks": [[0, "RUNNING", "x"]]},
+    {"job_id": "42", "state": "RUNNING", "tasks": [["0", "RUNNING"]]},
+    {"job_id": "42", "state": "RUNNING", "owner": "root"},  # a field it does not know
+]
+
+
+@pytest.mark.parametrize("data", BAD_STATES)
+def test_a_state_that_is_not_one_is_refused(data: Any) -> None:
+    with pytest.raises(ValueError, match="bad|not a job state"):
+        JobState.from_dict(data)
+
+
+def test_a_login_nodes_answer_that_is_no_state_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    said = subprocess.CompletedProcess([], 0, b'{"job_id": "42", "state": "$(reboot)"}\n', b"")
+    monkeypatch.setattr(remote.ssh, "run", lambda *a, **k: said)
+    backend = remote.RemoteBackend(remote.Remote("login", "/home/u/runs/r", "clustertrain"))
+    with pytest.raises(UserError, match=r"^host: login: status said no job state \(bad state"):
+        backend.state(None)  # type: ignore[arg-type]
