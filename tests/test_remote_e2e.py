@@ -4,6 +4,7 @@ its logs followed from here through a dropped connection, status and cancel from
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -182,3 +183,44 @@ def test_status_and_cancel_from_here(tree: Path, env: dict[str, str], data_dir: 
     assert cancelled.returncode == 0 and f"cancelled job {job_id}" in cancelled.stdout
     followed = run_cli("logs", "last", "--follow", cwd=tree, env=env, timeout=120)
     assert followed.returncode == 1 and "ended CANCELLED" in followed.stderr
+
+
+API_SCRIPT = """
+import json, sys
+import clustertrain
+
+data = sys.argv[1]
+job = clustertrain.submit(
+    "jobs/mnist.yaml", host="login", nodes=2, gpus_per_node=1,
+    prepare=["python", "-m", "jobs.mnist.data", "--data-dir", data],
+    extra_args=["--data-dir", data, *sys.argv[2:]],
+)
+followed = list(job.logs(follow=True))
+again = clustertrain.Job.attach("last")
+print(json.dumps({
+    "job_id": job.job_id, "state": job.state, "followed": followed,
+    "metrics": job.metrics(), "attached": [again.job_id, again.state, again.backend.name],
+}))
+"""
+
+
+def test_the_python_api_submits_over_ssh_and_follows_from_here(
+    tree: Path, env: dict[str, str], data_dir: Path
+) -> None:
+    """A script of the user's, with ``host=``: the same command line as the CLI's reaches the
+    login node, and the Job answers its state, lines and metrics from there."""
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", API_SCRIPT, str(data_dir), *SMOKE], cwd=tree,
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["state"] == "COMPLETED" and said["attached"] == [said["job_id"], "COMPLETED", "ssh"]
+    assert any("epoch 1/1: train_loss" in line for line in said["followed"]), said["followed"][-5:]
+    assert said["metrics"][-1]["event"] == "done" and said["metrics"][-1]["world_size"] == 2
+    status = run_cli("status", "last", "--json", cwd=tree, env=env)
+    assert status.returncode == 0, status.stderr
+    assert {k: json.loads(status.stdout)[k] for k in ("job_id", "state")} == {
+        "job_id": said["job_id"],
+        "state": "COMPLETED",
+    }
