@@ -5,7 +5,8 @@ clustertrain installed on the login node, in a snapshot of the code (clustertrai
 .snapshot), so that everything a submission on the login node does happens there. This side
 keeps the record: a run folder holding the job's ``job.json`` (as the login node wrote it) and
 ``remote.json`` (protocol.REMOTE_FILE: the host, the run folder there, which clustertrain).
-``status``, ``cancel`` and ``logs`` on such a run are the login node's, through ssh.
+``status``, ``cancel`` and ``logs`` on such a run are the login node's, through ssh; the Python
+API's :class:`RemoteBackend` asks the same (``status --json``, read back by JobState.from_dict).
 
 ``logs --follow`` streams over the master connection; when the connection drops it connects
 again and goes on, skipping the lines it already printed: the login node prints each source's
