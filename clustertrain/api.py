@@ -93,6 +93,11 @@ def submit(
     host = host or os.environ.get("CLUSTERTRAIN_HOST") or None
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if host is not None:
+        if fields.get("workdir") is not None:
+            raise FieldError(
+                "workdir", fields["workdir"], "with host the job runs at this directory's place "
+                "in the code snapshot; leave workdir out",
+            )  # fmt: skip
         switches = ["--dry-run"] * dry_run + ["--no-preflight"] * (not preflight)
         clustertrain = remote_clustertrain or os.environ.get("CLUSTERTRAIN_REMOTE_CLUSTERTRAIN")
         return submit_remote(

@@ -208,3 +208,9 @@ def test_a_login_nodes_answer_that_is_no_state_is_one_line(
     backend = remote.RemoteBackend(remote.Remote("login", "/home/u/runs/r", "clustertrain"))
     with pytest.raises(UserError, match=r"^host: login: status said no job state \(bad state"):
         backend.state(None)  # type: ignore[arg-type]
+
+
+def test_the_api_refuses_a_workdir_with_a_host(tmp_path: Path) -> None:
+    with pytest.raises(FieldError, match="^workdir: .*leave workdir out"):
+        clustertrain.submit(host="login", workdir="/x", nodes=1, runs_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
