@@ -98,11 +98,12 @@ def submit(
                 "workdir", fields["workdir"], "with host the job runs at this directory's place "
                 "in the code snapshot; leave workdir out",
             )  # fmt: skip
+        from clustertrain.backends import hosts  # lazy: start-up time
+
         switches = ["--dry-run"] * dry_run + ["--no-preflight"] * (not preflight)
-        clustertrain = remote_clustertrain or os.environ.get("CLUSTERTRAIN_REMOTE_CLUSTERTRAIN")
         return submit_remote(
             host, _submit_words(job_file, extra_args, fields, switches), runs_dir, allow_dirty,
-            clustertrain or "clustertrain",
+            hosts.clustertrain_for(host, remote_clustertrain),
         )  # fmt: skip
     if dry_run:
         return job

@@ -173,6 +173,22 @@ def test_doctor_asks_the_login_node(tree: Path) -> None:
     ), missing.stderr
 
 
+def test_your_hosts_file_names_the_clustertrain_there(tree: Path, tmp_path: Path) -> None:
+    """The file's entry for the host is the one ssh runs, unless a flag names another."""
+    named = tmp_path / "hosts.yaml"
+    named.write_text(f"{HOST}:\n  remote_clustertrain: /nowhere/ct\n")
+    env = {"CLUSTERTRAIN_HOSTS_FILE": str(named)}
+    from_file = run_cli("doctor", "--host", HOST, cwd=tree, env=env, timeout=60)
+    assert from_file.returncode == 2 and from_file.stderr.startswith(
+        f"clustertrain: error: host: {HOST} has no `/nowhere/ct`"
+    ), from_file.stderr
+    flag = run_cli(
+        "doctor", "--host", HOST, "--remote-clustertrain", "clustertrain", cwd=tree, env=env,
+        timeout=120,
+    )  # fmt: skip
+    assert flag.returncode == 0 and "submission host: ready" in flag.stdout, flag.stderr
+
+
 def test_status_and_cancel_from_here(tree: Path, env: dict[str, str], data_dir: Path) -> None:
     job_id, _, _ = _submit(tree, env, *_mnist(data_dir, "--recipe", "fast", "--epochs", "50"))
     deadline = time.monotonic() + 120

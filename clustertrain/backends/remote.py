@@ -72,9 +72,9 @@ def of(run: Run) -> Remote | None:
     except (RunFolderError, UnicodeDecodeError, ValueError, TypeError):
         raise UserError(f"{path}: not a clustertrain remote record") from None
     ssh.check_host(found.host)
-    for value in (found.run_dir, found.clustertrain):
-        if not isinstance(value, str) or not _SAFE_PATH.fullmatch("/" + value.lstrip("/")):
-            raise UserError(f"{path}: bad value {printable(repr(value))[:80]}")
+    ssh.check_program(f"{path}: clustertrain", found.clustertrain)
+    if not isinstance(found.run_dir, str) or not _SAFE_PATH.fullmatch(found.run_dir):
+        raise UserError(f"{path}: bad value {printable(repr(found.run_dir))[:80]}")
     return found
 
 

@@ -38,6 +38,24 @@ def check_host(host: str) -> str:
     return host
 
 
+def check_program(field: str, value: object) -> str:
+    """The clustertrain to run on a login node, which the remote shell gets as one quoted word:
+    a command on its PATH or an absolute path (a relative one, ``~/`` included, would not mean
+    one program in every command); never ``-...`` (an option of ``exec``), no control character."""
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= 4096
+        or value.startswith("-")
+        or ("/" in value and not value.startswith("/"))
+        or not value.isprintable()
+    ):
+        raise FieldError(
+            field, value, "name the clustertrain there by an absolute path, like "
+            "/opt/venv/bin/clustertrain, or a command on its PATH",
+        )  # fmt: skip
+    return value
+
+
 def control_dir() -> Path:
     folder = Path.home() / ".clustertrain" / "ssh"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -99,7 +117,8 @@ def fail(host: str, words: Sequence[str], status: int, stderr: str) -> None:
     if status == 127 and words:
         raise UserError(
             f"host: {host} has no `{words[0]}` ({last.strip()[:200]}); install clustertrain "
-            "there, or name it with --remote-clustertrain PATH"
+            "there, or name it with --remote-clustertrain PATH or in your hosts file "
+            "(docs/remote.md)"
         )
 
 

@@ -89,7 +89,7 @@ def submit(
     skip_prepare: bool,
     host: str | None,
     allow_dirty: bool,
-    remote_clustertrain: str,
+    remote_clustertrain: str | None,
     **flags: Any,
 ) -> None:
     """Render a multi-node job and queue it; args after -- go to the training script.
@@ -129,10 +129,12 @@ def submit(
 
 
 def _submit_remote(
-    ctx: click.Context, host: str, runs_dir: str | None, allow_dirty: bool, clustertrain: str
+    ctx: click.Context, host: str, runs_dir: str | None, allow_dirty: bool, given: str | None
 ) -> None:
     from clustertrain import api
+    from clustertrain.backends import hosts
 
+    clustertrain = hosts.clustertrain_for(host, given)
     args = without_remote_options(ctx.meta["argv"])
     submitted = api.submit_remote(host, args, runs_dir, allow_dirty, clustertrain)
     if submitted is not None:
@@ -301,16 +303,17 @@ def logs(
 @runs_dir_option
 @host_option
 @remote_clustertrain_option
-def doctor(runs_dir: str | None, host: str | None, remote_clustertrain: str) -> None:
+def doctor(runs_dir: str | None, host: str | None, remote_clustertrain: str | None) -> None:
     """What the cluster offers, and whether this host has what jobs need (exit 1 if not); with
     --host, what that login node says, after ssh and its clustertrain's version."""
     from clustertrain import api, runs
     from clustertrain.backends import doctor as checks
 
     if host:
-        from clustertrain.backends import remote, ssh
+        from clustertrain.backends import hosts, remote
 
-        raise SystemExit(remote.doctor(ssh.check_host(host), remote_clustertrain, click.echo))
+        clustertrain = hosts.clustertrain_for(host, remote_clustertrain)
+        raise SystemExit(remote.doctor(host, clustertrain, click.echo))
 
     lines, problems = checks.report(api.slurm(), runs.runs_root(runs_dir))
     for line in lines:

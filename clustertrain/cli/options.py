@@ -114,11 +114,9 @@ def host_option(func: Callable[..., Any]) -> Callable[..., Any]:
 def remote_clustertrain_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--remote-clustertrain",
-        envvar="CLUSTERTRAIN_REMOTE_CLUSTERTRAIN",
         metavar="PATH",
-        default="clustertrain",
-        show_default=True,
-        help="With --host: the clustertrain to run on the login node.",
+        help="With --host: the clustertrain to run on the login node (else "
+        "$CLUSTERTRAIN_REMOTE_CLUSTERTRAIN, your hosts file's, or clustertrain on its PATH).",
     )(func)
 
 

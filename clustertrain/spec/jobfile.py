@@ -39,7 +39,7 @@ def _loader() -> type:
                 key = self.construct_object(key_node, deep=True)
                 if key in seen:
                     raise FieldError(
-                        str(key), "(twice)", "a job file may set each field once; remove one"
+                        str(key), "(twice)", "a YAML file may set each key once; remove one"
                     )
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
@@ -82,7 +82,7 @@ def read_file(path: str, what: str = "job file") -> bytes:
     finally:
         os.close(fd)
     if len(data) > MAX_BYTES:
-        raise FieldError(what, path, "is larger than 1 MiB; a job file is a short mapping")
+        raise FieldError(what, path, f"is larger than 1 MiB; a {what} is a short mapping")
     return data
 
 
@@ -121,32 +121,33 @@ def load(path: str) -> Any:
     return parse(read_file(path), path)
 
 
-def parse(data: bytes, path: str = "<job file>") -> Any:
+def parse(data: bytes, path: str = "<job file>", what: str = "job file") -> Any:
+    """``data`` as YAML, by this module's rules; ``what`` names the file in a refusal."""
     import yaml  # lazy: start-up time, as above
 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise FieldError("job file", path, "must be UTF-8 text") from None
+        raise FieldError(what, path, "must be UTF-8 text") from None
     if _flow_depth(text) > MAX_FLOW_DEPTH:
         # PyYAML's pure-Python parser takes about a minute of CPU for 50,000 nested brackets.
-        raise FieldError("job file", path, "is nested too deeply to be a job file")
+        raise FieldError(what, path, f"is nested too deeply to be a {what}")
     try:
         # Bound the document before building it: anchors and aliases are refused at the event
         # level, so no alias can make the built value larger than the file.
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise FieldError(
-                    "job file", path, "uses YAML anchors or aliases (&x, *x); write values out"
+                    what, path, "uses YAML anchors or aliases (&x, *x); write values out"
                 )
         return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
-        raise FieldError("job file", path, "is nested too deeply to be a job file") from None
+        raise FieldError(what, path, f"is nested too deeply to be a {what}") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
         raise FieldError(
-            "job file", path, f"is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}"
+            what, path, f"is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}"
         ) from None
 
 
