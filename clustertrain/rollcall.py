@@ -70,8 +70,8 @@ def _ask(node: str, answer_s: float) -> str | None:
 
 
 def replace(active: list[str], spares: list[str], lost: list[str]) -> tuple[list[str], list[str]]:
-    """The step's next nodes, in the allocation's order, and the spares left. Raises
-    LookupError when too few spares are left to replace the lost nodes."""
+    """The step's next nodes (those kept, then the spares that replace the lost ones, in the
+    spares' order) and the spares left. Raises LookupError when too few spares are left."""
     kept = [node for node in active if node not in lost]
     usable = [node for node in spares if node not in lost]
     needed = len(active) - len(kept)
