@@ -68,6 +68,7 @@ BAD_FILES = [
     ("login: {clustertrain: /opt/ct}\n", "{path}: login.clustertrain", "not a host setting"),
     ("login: /opt/ct\n", "{path}: login", "'/opt/ct'; must be a mapping of settings"),
     ('"-oProxyCommand=x": {remote_clustertrain: /ct}\n', "{path}: host", "'-oProxyCommand=x'"),
+    ("true: {remote_clustertrain: /ct}\n", "{path}: host", "True; must be a host name"),
     ("- login\n", "hosts file", "must map host names to settings"),
     ("a: &x {remote_clustertrain: /ct}\nb: *x\n", "hosts file", "uses YAML anchors"),
     ("login: [\n", "hosts file", "is not valid YAML at line 2"),

@@ -26,13 +26,14 @@ from . import ssh
 
 DEFAULT_CLUSTERTRAIN = "clustertrain"
 ENV_CLUSTERTRAIN = "CLUSTERTRAIN_REMOTE_CLUSTERTRAIN"
+ENV_HOSTS_FILE = "CLUSTERTRAIN_HOSTS_FILE"
 SETTINGS = ("remote_clustertrain",)
 _EXAMPLE = "like `login: {remote_clustertrain: /opt/venv/bin/clustertrain}`"
 
 
 def hosts_file() -> tuple[Path, bool]:
     """The file, and whether the user named it (then it must exist)."""
-    if named := os.environ.get("CLUSTERTRAIN_HOSTS_FILE"):
+    if named := os.environ.get(ENV_HOSTS_FILE):
         return Path(named), True
     config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config) / "clustertrain" / "hosts.yaml", False
@@ -45,7 +46,7 @@ def read() -> dict[str, dict[str, str]]:
         return {}
     if named and not path.exists():
         raise FieldError(
-            "CLUSTERTRAIN_HOSTS_FILE", str(path), "no such file; name your hosts file, or unset it"
+            ENV_HOSTS_FILE, str(path), "no such file; name your hosts file, or unset it"
         )
     data = jobfile.parse(jobfile.read_file(str(path), "hosts file"), str(path), "hosts file")
     if data is None:
@@ -56,10 +57,12 @@ def read() -> dict[str, dict[str, str]]:
 
 
 def _host(path: Path, host: Any) -> str:
-    try:
-        return ssh.check_host(str(host)) if isinstance(host, str) else ssh.check_host("")
-    except FieldError as error:
-        raise FieldError(f"{path}: host", host, error.valid) from None
+    if isinstance(host, str):
+        try:
+            return ssh.check_host(host)
+        except FieldError as error:
+            raise FieldError(f"{path}: host", host, error.valid) from None
+    raise FieldError(f"{path}: host", host, f"must be a host name, {_EXAMPLE}")
 
 
 def _entry(path: Path, host: str, entry: Any) -> dict[str, str]:
