@@ -27,7 +27,8 @@ from . import ssh
 DEFAULT_CLUSTERTRAIN = "clustertrain"
 ENV_CLUSTERTRAIN = "CLUSTERTRAIN_REMOTE_CLUSTERTRAIN"
 ENV_HOSTS_FILE = "CLUSTERTRAIN_HOSTS_FILE"
-SETTINGS = ("remote_clustertrain",)
+CLUSTERTRAIN = "remote_clustertrain"  # the setting, named like the flag and the API's argument
+SETTINGS = (CLUSTERTRAIN,)
 _EXAMPLE = "like `login: {remote_clustertrain: /opt/venv/bin/clustertrain}`"
 
 
@@ -42,12 +43,12 @@ def hosts_file() -> tuple[Path, bool]:
 def read() -> dict[str, dict[str, str]]:
     """Every host's settings; {} without a file. Raises FieldError naming what is wrong."""
     path, named = hosts_file()
-    if not named and not path.exists():
+    if not path.exists():
+        if named:
+            raise FieldError(
+                ENV_HOSTS_FILE, str(path), "no such file; name your hosts file, or unset it"
+            )
         return {}
-    if named and not path.exists():
-        raise FieldError(
-            ENV_HOSTS_FILE, str(path), "no such file; name your hosts file, or unset it"
-        )
     data = jobfile.parse(jobfile.read_file(str(path), "hosts file"), str(path), "hosts file")
     if data is None:
         return {}
@@ -83,5 +84,5 @@ def clustertrain_for(host: str, given: str | None = None) -> str:
     # An empty variable is no choice; an empty flag is a bad one.
     chosen = given if given is not None else os.environ.get(ENV_CLUSTERTRAIN) or None
     if chosen is not None:
-        return ssh.check_program("remote_clustertrain", chosen)
-    return settings.get("remote_clustertrain", DEFAULT_CLUSTERTRAIN)
+        return ssh.check_program(CLUSTERTRAIN, chosen)
+    return settings.get(CLUSTERTRAIN, DEFAULT_CLUSTERTRAIN)
