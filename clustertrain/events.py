@@ -2,7 +2,7 @@
 
 Four writers append to the same file: ``submit`` (``queued``), the batch script (``started``,
 ``node_check``, ``signal``, ``requeued``, ``restarted``, ``ended``, in bash: the template
-``clustertrain/render/templates/sbatch.sh.j2``), its watchdog (``hang``, ``node_lost``) and rank 0
+``templates/slurm/sbatch.sh.j2``), its watchdog (``hang``, ``node_lost``) and rank 0
 through :func:`record` (``rendezvous``, ``data_ready``, ``step``, ``epoch``, ``checkpoint``,
 ``stop``). Each line is one small ``write`` on
 a file opened for appending, which a local filesystem keeps whole. The names are :data:`NAMES`;

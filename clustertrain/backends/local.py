@@ -42,7 +42,7 @@ NODE = re.sub(r"[^A-Za-z0-9._-]", "-", os.uname().nodename) or "localhost"
 
 
 def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str, str]:
-    """What the batch script exports for the ranks (render/templates/sbatch.sh.j2), here."""
+    """What the batch script exports for the ranks (templates/slurm/sbatch.sh.j2), here."""
     env = dict(base)
     # No requeue here: a rank that checkpoints on a stop request is told to start it again.
     env.pop(protocol.ENV_REQUEUE_FILE, None)

@@ -6,7 +6,7 @@ private ``munged`` (own key, socket and pid file in the state dir) serve them, a
 a ``dnsmasq`` answers the nodes' name lookups (reverse ones too, as a site's DNS does), and a
 login node of its own runs an OpenSSH server that this machine reaches as ``ssh login``; no
 systemd.
-Why each setting: the comments beside it in ``config.py`` and ``templates/slurm.conf.j2``.
+Why each setting: the comments beside it in ``config.py`` and ``templates/cluster/slurm.conf.j2``.
 
   layout.py     the cluster's shape, its addresses, and where its files live
   config.py     slurm.conf, gres.conf, the hosts files, dnsmasq.conf and the nodes'

@@ -1,20 +1,16 @@
 """The local cluster's configuration as text: slurm.conf, gres.conf, hosts files, and the name
 server of the namespace network (dnsmasq.conf, the nodes' resolv.conf).
 
-Pure functions: the values are data here, the templates (``templates/slurm.conf.j2``,
-``templates/gres.conf.j2``, ...) hold layout only.
+Pure functions: the values are data here, the templates (``templates/cluster/slurm.conf.j2``,
+``templates/cluster/gres.conf.j2``, ...) hold layout only.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from clustertrain.render.templates import CLUSTER_TEMPLATES as TEMPLATES
 from clustertrain.render.templates import render_template
 
 from .layout import Layout, conf_path, dns_conf, gpu_files, munge_socket
-
-# The cluster's configuration templates, beside this module in the installed package.
-TEMPLATES = Path(__file__).with_name("templates")
 
 HOSTS_BEGIN = "# BEGIN clustertrain local cluster"
 HOSTS_END = "# END clustertrain local cluster"

@@ -1,0 +1,1 @@
+"""Examples users copy: each line that is clustertrain's is marked ``# clustertrain``."""
