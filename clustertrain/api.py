@@ -56,6 +56,8 @@ def plan(
         fields["prepare"] = []
     # The virtual environment this runs in, unless the job file or a field names one.
     defaults = {"venv": sys.prefix} if sys.prefix != sys.base_prefix else {}
+    if job_file is None and fields.get("script") is None and fields.get("module") is None:
+        job_file = default_job_file()
     spec = build_spec(
         jobfile.load(job_file) if job_file else None,
         extra_args=extra_args,
@@ -64,6 +66,15 @@ def plan(
     )
     run_dir = runs.new_run_dir(runs.runs_root(runs_dir), spec.name)
     return render(spec, str(run_dir), workdir or os.getcwd())
+
+
+def default_job_file() -> str:
+    """The job of a submission that names no job file, script or module: the MNIST example's
+    job file, installed with clustertrain (the top-level ``jobs/`` is in the wheel), so that
+    ``clustertrain submit --nodes 2`` runs the same job from a clone and from an install."""
+    from importlib.resources import files  # lazy: start-up time, only without a job file
+
+    return str(files("jobs") / "mnist.yaml")
 
 
 def submit(
@@ -149,14 +160,16 @@ def run_local(
     *,
     extra_args: Sequence[str] = (),
     runs_dir: str | None = None,
+    preflight: bool = True,
     **fields: Any,
 ) -> Job:
     """Start the job on this machine without Slurm (see :mod:`clustertrain.backends.local`);
-    returns at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it."""
+    returns at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it.
+    ``preflight=False`` starts even a module this host's Python cannot find."""
     from clustertrain.backends.local import LocalBackend  # lazy: start-up time
 
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
-    return Job.start(job, LocalBackend())
+    return Job.start(job, LocalBackend(), preflight)
 
 
 def slurm() -> Slurm:

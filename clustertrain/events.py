@@ -2,10 +2,14 @@
 
 Four writers append to the same file: ``submit`` (``queued``), the batch script (``started``,
 ``node_check``, ``signal``, ``requeued``, ``restarted``, ``ended``, in bash: the template
-``templates/slurm/sbatch.sh.j2``), its watchdog (``hang``, ``node_lost``) and rank 0
-through :func:`record` (``rendezvous``, ``data_ready``, ``step``, ``epoch``, ``checkpoint``,
-``stop``). Each line is one small ``write`` on
-a file opened for appending, which a local filesystem keeps whole. The names are :data:`NAMES`;
+``templates/slurm/sbatch.sh.j2``), its watchdog (``hang``, ``node_lost``) and the training
+script's rank 0, through :func:`record` or the runtime library (``runtime.milestone``: the
+:data:`MILESTONES`; ``runtime.log_metrics``: ``metrics``; and ``step``, ``epoch``,
+``checkpoint``, ``stop``). Besides its name, time and attempt, an event holds a few texts and
+at most :data:`MAX_VALUES` numbers, each a finite number under a metric's name
+(:data:`clustertrain.protocol.METRIC_NAME`); a line with anything else is left out whole.
+Each line is one small ``write`` on a file opened for appending, which a local filesystem keeps
+whole. The names are :data:`NAMES`;
 ``plot`` and ``status`` read them back with :func:`read`, which trusts nothing in the file: a run
 folder is anyone's.
 """
@@ -22,6 +26,7 @@ from typing import Any
 
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, read_regular
+from clustertrain.protocol import METRIC_NAME
 
 # In the order a job goes through them.
 NAMES = (
@@ -31,6 +36,7 @@ NAMES = (
     "rendezvous",
     "data_ready",
     "step",
+    "metrics",
     "epoch",
     "checkpoint",
     "signal",
@@ -41,9 +47,13 @@ NAMES = (
     "restarted",
     "ended",
 )
+# What a training script says of its start-up, in order: its process group is up, its data is
+# ready (start-up ends there, or at its first step). runtime.milestone records them.
+MILESTONES = ("rendezvous", "data_ready")
 MAX_BYTES = 64 << 20
-_NUMBERS = ("step", "steps", "epoch", "epochs", "loss", "test_loss", "test_acc", "seconds")
+MAX_VALUES = 64
 _TEXTS = ("nodes", "why", "status")
+_META = ("time", "event", "attempt")
 
 
 @dataclass(frozen=True)
@@ -108,12 +118,19 @@ def _parse(line: str) -> Event | None:
     when, attempt = raw.get("time"), raw.get("attempt", 0)
     if not _number(when) or not isinstance(attempt, int) or not 0 <= attempt < 10_000:
         return None
-    if any(k in raw and not _number(raw[k]) for k in _NUMBERS):
+    numbers = {k: v for k, v in raw.items() if k not in _META and k not in _TEXTS}
+    # A value that is not a finite number under a metric's name drops its event: a picture
+    # drawn from half an event would be as wrong as one drawn from a bogus one.
+    if len(numbers) > MAX_VALUES or not all(
+        METRIC_NAME.fullmatch(k) and _number(v) for k, v in numbers.items()
+    ):
         return None
-    values = {k: raw[k] for k in _NUMBERS if k in raw}
-    values |= {k: raw[k][:200] for k in _TEXTS if isinstance(raw.get(k), str)}
-    return Event(float(raw["time"]), raw["event"], attempt, values)
+    texts = {k: raw[k][:200] for k in _TEXTS if isinstance(raw.get(k), str)}
+    return Event(float(raw["time"]), raw["event"], attempt, {**numbers, **texts})
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number that converts to a float: an integer of 400 digits does not."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) < 2**63

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import re
 
+# A metric's name, as a job names its headline (``metric``) and a script logs it
+# (runtime.log_metrics, events.record): "test_acc", "val/loss", "top-1". The event reader keeps
+# only values whose names match, so a run folder's events cannot smuggle in anything else.
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")
+# Which way a headline metric is better (``metric_mode``): accuracy "max", a loss "min".
+METRIC_MODES = ("max", "min")
+
 # The rendezvous port is derived from the job id so that two jobs sharing a node never share a
 # c10d store (seen here: two jobs on port 29500 joined one rendezvous and one of them failed).
 PORT_BASE, PORT_SPAN = 29500, 20000

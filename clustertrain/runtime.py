@@ -13,6 +13,13 @@ A preemptible loop, in a handful of added lines::
             break
     runtime.finish()                               # barrier, destroy, exit
 
+Metrics and milestones, for ``status``, ``results``, ``plot`` and the timeline::
+
+    runtime.milestone("rendezvous")                # the process group is up
+    runtime.milestone("data_ready")                # start-up ends here (or at the first step)
+    runtime.log_metrics(step, loss=loss)           # every N steps: the loss curve
+    runtime.log_metrics(step, val_loss=val_loss)   # the job's headline if it says metric: val_loss
+
 The names the batch script reads come from :mod:`clustertrain.protocol`. torch is imported
 inside the functions, so importing this module costs nothing.
 """
@@ -30,7 +37,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from clustertrain import env, protocol
+from clustertrain import env, events, protocol
 
 
 class StopRequest:
@@ -148,6 +155,30 @@ def finish(code: int = 0, accelerator: Any = None) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
+
+
+def log_metrics(step: int | None = None, **values: Any) -> None:
+    """Record this job's metrics at ``step`` (rank 0 records; every other rank, and a script
+    run outside a clustertrain job, does nothing). A value may be a number or a one-element
+    tensor; its name must be a metric name (e.g. ``loss``, ``val_loss``, ``val/acc``).
+
+    The job file's ``metric`` names the headline that ``status``, ``results`` (a sweep's best
+    first, by ``metric_mode``) and ``plot`` show; ``plot`` also draws ``loss``.
+    """
+    for name in values:
+        if not protocol.METRIC_NAME.fullmatch(name):
+            raise ValueError(f"log_metrics: {name!r} is not a metric name (e.g. val_loss)")
+    numbers = {name: float(value) for name, value in values.items()}
+    events.record("metrics", **({} if step is None else {"step": int(step)}), **numbers)
+
+
+def milestone(name: str, seconds: float | None = None) -> None:
+    """Mark a point of this job's start-up on its timeline (rank 0 records): ``rendezvous``
+    once the process group is up, ``data_ready`` once the data is loaded (start-up ends at the
+    first of it and the first step); ``seconds`` what it took, if the script knows."""
+    if name not in events.MILESTONES:
+        raise ValueError(f"milestone: {name!r} is none of {', '.join(events.MILESTONES)}")
+    events.record(name, **({} if seconds is None else {"seconds": float(seconds)}))
 
 
 class _Heartbeat:

@@ -8,8 +8,11 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from clustertrain.spec import JobSpec, build_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,3 +92,12 @@ def uninterrupted_mnist(tmp_path_factory: pytest.TempPathFactory, data_dir: Path
     followed = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
     assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
     return Path(re.search(r"run folder: (.+)", done.stdout)[1]) / "out"  # type: ignore[index]
+
+
+def job_spec(job_file: dict[str, Any] | None = None, **fields: Any) -> JobSpec:
+    """``build_spec`` for a job that runs ``-m jobs.mnist.train`` unless the job file or the
+    fields name its script or module: a spec must say what its processes run."""
+    named = {**(job_file if isinstance(job_file, dict) else {}), **fields}
+    if named.get("script") is None and named.get("module") is None:
+        fields = {"module": "jobs.mnist.train", **fields}
+    return build_spec(job_file, **fields)

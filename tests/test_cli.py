@@ -109,7 +109,7 @@ def test_env_and_sbatch_options_merge_per_key(cli_env: dict[str, str], tmp_path:
     )
     done = run_cli(
         "submit", str(job), "--env", "A=flag", "--sbatch-option", "--comment=flag",
-        "--no-exclusive", "--no-node-check", "--dry-run", env=cli_env,
+        "--no-exclusive", "--no-node-check", "--module", "pkg.train", "--dry-run", env=cli_env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = done.stdout

@@ -15,8 +15,7 @@ from clustertrain.backends import cluster_info, preflight
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob, container, render
-from clustertrain.spec import build_spec
-from tests.conftest import run_cli
+from tests.conftest import job_spec, run_cli
 from tests.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
 from tests.test_slurm_parsing import FakeRunner
 
@@ -24,7 +23,7 @@ RUN_DIR, WORKDIR = "/shared/runs/job-1", "/shared/project"
 
 
 def _job(runtime: str, image: str = "/images/torch", run_dir: str = RUN_DIR, **fields: object):
-    spec = build_spec(container_runtime=runtime, container_image=image, nodes=2, **fields)
+    spec = job_spec(container_runtime=runtime, container_image=image, nodes=2, **fields)
     return render(spec, run_dir, WORKDIR)
 
 
@@ -53,7 +52,7 @@ def test_apptainer_asks_for_the_gpus_only_on_gpu_jobs() -> None:
 
 
 def test_the_run_folder_and_working_directory_are_always_mounted_at_their_paths() -> None:
-    spec = build_spec(
+    spec = job_spec(
         container_runtime="pyxis",
         container_image="img",
         container_mounts=["/datasets:/data:ro", "/scratch", "/models:ro"],
@@ -180,7 +179,7 @@ def _info(runtimes: set[str]) -> cluster_info.ClusterInfo:
 
 
 def test_preflight_refuses_a_runtime_the_cluster_lacks() -> None:
-    spec = build_spec(container_runtime="pyxis", container_image="nvcr.io#nvidia/pytorch:24.01")
+    spec = job_spec(container_runtime="pyxis", container_image="nvcr.io#nvidia/pytorch:24.01")
     with pytest.raises(UserError) as refused:
         preflight.check(spec, _info({"oci"}))
     assert str(refused.value).startswith(

@@ -10,8 +10,8 @@ import pytest
 from clustertrain.cli.commands import submit as submit_command
 from clustertrain.cli.options import SPEC_FLAGS, spec_fields
 from clustertrain.errors import FieldError
-from clustertrain.spec import build_spec
 from clustertrain.spec.flags import as_flags
+from tests.conftest import job_spec
 
 # A value for every field with a flag, the awkward ones on purpose: a value that starts with
 # '-', quotes and spaces inside a prepare command, '=' inside an env value.
@@ -26,6 +26,8 @@ SAMPLES: dict[str, Any] = {
     "launcher": "accelerate",
     "script": "train.py",
     "module": None,
+    "metric": "val/loss",
+    "metric_mode": "min",
     "prepare": [["python", "-c", "print('a b')"], ["sh", "-c", 'echo "$HOME" > x']],
     "offline": False,
     "env": {"A": "x=y", "NCCL_DEBUG": "-INFO"},
@@ -75,7 +77,7 @@ def test_every_field_reads_back_through_the_clis_parser_to_the_same_spec() -> No
     given = {name: value for name, value in SAMPLES.items() if value is not None}
     words = as_flags(given)
     assert all(word.startswith("--") for word in words)  # each value inside its flag's word
-    assert build_spec(**_read_back(words)) == build_spec(**given)
+    assert job_spec(**_read_back(words)) == job_spec(**given)
 
 
 @pytest.mark.parametrize("name", [f.name for f in SPEC_FLAGS if SAMPLES[f.name] is not None])
@@ -84,7 +86,7 @@ def test_each_field_alone_reads_back_as_itself(name: str) -> None:
     given = {**(base if name.startswith("container_") else {}), name: SAMPLES[name]}
     if name == "max_parallel":
         given["sweep"] = SAMPLES["sweep"]
-    assert build_spec(**_read_back(as_flags(given))) == build_spec(**given)
+    assert job_spec(**_read_back(as_flags(given))) == job_spec(**given)
 
 
 def test_a_false_switch_is_said_as_its_no_flag() -> None:

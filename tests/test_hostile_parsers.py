@@ -18,9 +18,8 @@ import pytest
 
 from clustertrain import api, protocol, runs
 from clustertrain.render import render
-from clustertrain.spec import build_spec
 from tests import test_hostile_input as round_one
-from tests.conftest import run_cli
+from tests.conftest import job_spec, run_cli
 from tests.test_hostile_input import _assert_refused
 from tests.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
 
@@ -230,7 +229,7 @@ def test_yaml_scalars_that_are_not_what_they_look_like_are_refused(
 def test_unquoted_yaml_values_are_read_as_written(
     content: str, shown: str, tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
 ) -> None:
-    done = _submit_file(content, tmp_path, fake_slurm[0], "--dry-run")
+    done = _submit_file(content, tmp_path, fake_slurm[0], "--module", "pkg.train", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert shown in done.stdout, done.stdout
 
@@ -350,7 +349,7 @@ def controller_down(tmp_path: Path) -> dict[str, str]:
     down = tmp_path / "slurm.conf"
     down.write_text(text)
     root = tmp_path / "runs"
-    job = render(build_spec(nodes=2), str(runs.new_run_dir(root, "mnist")), "/w")
+    job = render(job_spec(nodes=2), str(runs.new_run_dir(root, "mnist")), "/w")
     runs.write_run_files(job)
     runs.record_submission(job, "1")
     return {"SLURM_CONF": str(down), "CLUSTERTRAIN_RUNS_DIR": str(root)}
@@ -434,6 +433,6 @@ def test_sbatch_reads_a_passed_through_value_exactly(
 
 
 def test_protocol_names_reach_the_rendered_script() -> None:
-    job = render(build_spec(), "/r", "/w")
+    job = render(job_spec(), "/r", "/w")
     for name in (protocol.ENV_REQUEUE_FILE, protocol.ENV_RDZV_TIMEOUT_S, protocol.ENV_OUT_DIR):
         assert f"export {name}=" in job.batch_script

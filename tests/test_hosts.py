@@ -15,8 +15,7 @@ from clustertrain import protocol, runs
 from clustertrain.backends import hosts
 from clustertrain.errors import FieldError
 from clustertrain.render import render
-from clustertrain.spec import build_spec
-from tests.conftest import run_cli
+from tests.conftest import job_spec, run_cli
 
 
 @pytest.fixture
@@ -148,7 +147,7 @@ def test_a_run_folders_remote_record_that_could_act_is_refused_before_ssh(
 ) -> None:
     """``remote.json`` is read back from a run folder, which anything may have written."""
     root = tmp_path / "runs"
-    job = render(build_spec(name="mnist", nodes=2), str(runs.new_run_dir(root, "mnist")), "/w")
+    job = render(job_spec(name="mnist", nodes=2), str(runs.new_run_dir(root, "mnist")), "/w")
     runs.write_run_files(job)
     run = runs.record_submission(job, "42")
     (run.path / protocol.REMOTE_FILE).write_text(json.dumps(record))

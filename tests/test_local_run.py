@@ -42,11 +42,46 @@ def test_a_user_script_runs_here_as_its_whole_world(env: dict[str, str]) -> None
     job_id = _local_id(done.stdout)
 
     status = run_cli("status", job_id, env=env)
-    assert status.returncode == 0 and f"job {job_id} (mnist): COMPLETED" in status.stdout
+    assert status.returncode == 0 and f"job {job_id} (user_ddp): COMPLETED" in status.stdout
     listed = run_cli("list", env=env)
     assert listed.stdout.split()[0] == job_id and "2x2 torchrun" in listed.stdout
     logs = run_cli("logs", job_id, "--rank", "3", env=env)
     assert re.findall(r"rank3 \| user script: rank 3 of 4", logs.stdout), logs.stdout
+
+
+def test_a_user_scripts_headline_metric_is_what_status_and_plot_show(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A script of the user's logs ``val_loss`` through the runtime library; the job names it as
+    its headline, lower is better. Nothing of MNIST is involved."""
+    done = run_cli(
+        "run", "--script", "tests/jobs/val_loss.py", "--metric", "val_loss",
+        "--metric-mode", "min", "--", "--lr", "0.25", "--steps", "3", env=env, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    job_id = _local_id(done.stdout)
+    status = run_cli("status", job_id, env=env)
+    # (w - 3)^2 after 3 steps at lr 0.25 (each halves w - 3): (3/8)^2 = 0.140625, + 0.01.
+    assert "  final val_loss 0.150625\n" in status.stdout, status.stdout
+    assert "test accuracy" not in status.stdout and "test_acc" not in status.stdout
+    picture = tmp_path / "val.png"
+    drawn = run_cli("plot", job_id, "-o", str(picture), env=env)
+    assert drawn.returncode == 0, drawn.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_module_this_hosts_python_cannot_find_is_refused_before_anything_starts(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    for given, named in (("nosuch.mod", "No module named 'nosuch'"), ("jobs.nosuch", "'jobs")):
+        done = run_cli("run", "--module", given, cwd=tmp_path, env=env)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"clustertrain: error: module: {given} cannot be imported")
+        assert named in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    missing = run_cli("run", "--script", "nope.py", cwd=tmp_path, env=env)
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("clustertrain: error: script: nope.py is not a file in ")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_failing_rank_fails_the_run_and_status_says_so(env: dict[str, str]) -> None:

@@ -13,11 +13,11 @@ from clustertrain.errors import UserError
 from clustertrain.jobstate import JobState
 from clustertrain.render import render
 from clustertrain.runs import follow, logs
-from clustertrain.spec import build_spec
+from tests.conftest import job_spec
 
 
 def _make_run(root: Path, job_id: str, name: str = "mnist") -> runs.Run:
-    job = render(build_spec(name=name, nodes=2), str(runs.new_run_dir(root, name)), "/w")
+    job = render(job_spec(name=name, nodes=2), str(runs.new_run_dir(root, name)), "/w")
     runs.write_run_files(job)
     return runs.record_submission(job, job_id)
 
@@ -209,7 +209,7 @@ def test_a_full_disk_leaves_no_half_written_run_folder(
     from clustertrain.backends.slurm import Slurm, SlurmBackend
     from clustertrain.backends.submission import submit_job
 
-    job = render(build_spec(), str(tmp_path / "runs" / "mnist-x"), "/w")
+    job = render(job_spec(), str(tmp_path / "runs" / "mnist-x"), "/w")
     real_write = Path.write_text
 
     def full_disk(self: Path, *args: object, **kwargs: object) -> int:

@@ -8,7 +8,7 @@ from clustertrain.backends.cluster_info import ClusterInfo, gpu_count
 from clustertrain.backends.preflight import check, memory_mb
 from clustertrain.backends.slurm import parse_nodes, parse_partitions
 from clustertrain.errors import UserError
-from clustertrain.spec import build_spec
+from tests.conftest import job_spec
 from tests.test_slurm_parsing import PARTITIONS, SINFO
 
 CLUSTER = ClusterInfo("slurm 22.05", parse_partitions(PARTITIONS), parse_nodes(SINFO))
@@ -33,7 +33,7 @@ CLUSTER = ClusterInfo("slurm 22.05", parse_partitions(PARTITIONS), parse_nodes(S
 )
 def test_impossible_requests_are_refused(request_: dict[str, object], names: str) -> None:
     with pytest.raises(UserError) as caught:
-        check(build_spec(**request_), CLUSTER)
+        check(job_spec(**request_), CLUSTER)
     assert str(caught.value).startswith(names) and "--no-preflight" in str(caught.value)
 
 
@@ -42,16 +42,16 @@ def test_limits_of_the_partition() -> None:
         "x", parse_partitions(PARTITIONS.replace("State=DOWN", "State=UP")), parse_nodes(SINFO)
     )
     with pytest.raises(UserError, match="MaxNodes=2"):
-        check(build_spec(partition="gpu", nodes=3), up)
+        check(job_spec(partition="gpu", nodes=3), up)
     with pytest.raises(UserError, match=r"spare_nodes: 3 \(2 nodes \+ 1 spare\) exceeds"):
-        check(build_spec(partition="gpu", nodes=2, spare_nodes=1), up)
+        check(job_spec(partition="gpu", nodes=2, spare_nodes=1), up)
     with pytest.raises(UserError, match="MaxTime=1-00:00:00"):
-        check(build_spec(partition="gpu", time="2-00"), up)
+        check(job_spec(partition="gpu", time="2-00"), up)
 
 
 def test_possible_requests_pass() -> None:
-    check(build_spec(nodes=2, gpus_per_node=2, cpus_per_task=8, mem="4G"), CLUSTER)
-    check(build_spec(nodes=1, gpus_per_node=4), CLUSTER)
+    check(job_spec(nodes=2, gpus_per_node=2, cpus_per_task=8, mem="4G"), CLUSTER)
+    check(job_spec(nodes=1, gpus_per_node=4), CLUSTER)
 
 
 def test_units() -> None:
@@ -63,6 +63,6 @@ def test_a_sweep_larger_than_max_array_size_is_refused() -> None:
     import dataclasses
 
     site = dataclasses.replace(CLUSTER, max_array_size=4)
-    check(build_spec(nodes=1, sweep=["lr=1,2", "seed=1,2"]), site)
+    check(job_spec(nodes=1, sweep=["lr=1,2", "seed=1,2"]), site)
     with pytest.raises(UserError, match=r"^sweep: 6 tasks exceed this site's MaxArraySize=4"):
-        check(build_spec(nodes=1, sweep=["lr=1,2,3", "seed=1,2"]), site)
+        check(job_spec(nodes=1, sweep=["lr=1,2,3", "seed=1,2"]), site)

@@ -27,7 +27,7 @@ def tree(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     (tree / "sub").mkdir(parents=True)
     (tree / "train.py").write_text("print('hi')\n")
-    (tree / "sub" / "job.yaml").write_text("nodes: 1\n")
+    (tree / "sub" / "job.yaml").write_text("nodes: 1\nscript: train.py\n")
     (tree / ".gitignore").write_text("secret.env\n")
     _git(tree, "init", "-q")
     _git(tree, "add", "-A")

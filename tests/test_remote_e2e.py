@@ -109,7 +109,7 @@ def test_a_job_submitted_over_ssh_completes_and_is_followed_here_through_a_dropp
     logged = run_cli("logs", "last", cwd=tree, env=env).stdout
     assert _by_source(followed) == _by_source(logged)
     status = run_cli("status", "last", cwd=tree, env=env).stdout
-    assert f"job {job_id} (mnist-ddp): COMPLETED" in status and "final test accuracy" in status
+    assert f"job {job_id} (mnist-ddp): COMPLETED" in status and "final test_acc 0." in status
 
     # plot fetches the events and metrics and draws here.
     drawn = run_cli("plot", "last", "-o", str(here / "remote.png"), cwd=tree, env=env)

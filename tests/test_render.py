@@ -16,7 +16,7 @@ import pytest
 
 from clustertrain.errors import UserError
 from clustertrain.render import Expand, RenderedJob, render
-from clustertrain.spec import build_spec
+from tests.conftest import job_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 RUN_DIR, WORKDIR = "/shared/runs/mnist-golden", "/shared/project"
@@ -88,7 +88,7 @@ CASES = {
 
 
 def _render(case: str) -> RenderedJob:
-    return render(build_spec(**CASES[case]), RUN_DIR, WORKDIR)
+    return render(job_spec(**CASES[case]), RUN_DIR, WORKDIR)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -121,7 +121,7 @@ def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
 
 def test_directives_are_sorted_and_quoted_for_sbatch() -> None:
     """Double quotes: sbatch reads a backslash inside single quotes as an escape."""
-    job = render(build_spec(nodes=2, name="it's my job", constraint="a100&ib"), RUN_DIR, WORKDIR)
+    job = render(job_spec(nodes=2, name="it's my job", constraint="a100&ib"), RUN_DIR, WORKDIR)
     names = [d.split("=")[0] for d in job.directives if d.startswith("--")]
     assert names == sorted(names)
     assert '--job-name="it\'s my job"' in job.directives
@@ -138,19 +138,19 @@ def test_torchrun_line_has_the_c10d_rendezvous_on_the_head_node() -> None:
 
 
 def test_a_script_replaces_the_default_module_and_the_last_layer_wins() -> None:
-    script = build_spec(script="train.py", args=["--epochs", "3"])
+    script = job_spec(script="train.py", args=["--epochs", "3"])
     assert script.module is None and render(script, RUN_DIR, WORKDIR).launch_argv[-3:] == (
         "train.py",
         "--epochs",
         "3",
     )
     # A flag's module replaces the job file's script, and the other way round.
-    assert build_spec({"script": "train.py"}, module="pkg.train").entrypoint == ("-m", "pkg.train")
-    assert build_spec({"module": "pkg.train"}, script="x.py").entrypoint == ("x.py",)
+    assert job_spec({"script": "train.py"}, module="pkg.train").entrypoint == ("-m", "pkg.train")
+    assert job_spec({"module": "pkg.train"}, script="x.py").entrypoint == ("x.py",)
 
 
 def test_accelerate_takes_the_machine_rank_on_each_node_at_run_time() -> None:
-    job = render(build_spec(nodes=4, gpus_per_node=8, launcher="accelerate"), RUN_DIR, WORKDIR)
+    job = render(job_spec(nodes=4, gpus_per_node=8, launcher="accelerate"), RUN_DIR, WORKDIR)
     argv = job.launch_argv
     assert argv[argv.index("--machine_rank") + 1] == "$SLURM_NODEID"
     assert argv[argv.index("--num_processes") + 1] == "32"
@@ -175,17 +175,17 @@ def test_expand_refuses_anything_but_variable_references() -> None:
 def test_render_refuses_paths_slurm_cannot_take() -> None:
     for bad in ("runs/x", "/runs/%j", "/runs/a\nb", '/runs/a"b', "/runs/a\\b"):
         with pytest.raises(UserError, match="runs dir"):
-            render(build_spec(), bad, WORKDIR)
+            render(job_spec(), bad, WORKDIR)
         with pytest.raises(UserError, match="working directory"):
-            render(build_spec(), RUN_DIR, bad)
+            render(job_spec(), RUN_DIR, bad)
 
 
 def test_a_lost_node_requeues_the_job_only_when_asked() -> None:
-    default = render(build_spec(nodes=2), RUN_DIR, WORKDIR)
+    default = render(job_spec(nodes=2), RUN_DIR, WORKDIR)
     assert "--no-requeue" in default.directives and "--requeue" not in default.directives
     # Its own checkpoint requeue makes the job requeueable first, and a later attempt not again.
     assert 'scontrol update JobId="$SLURM_JOB_ID" Requeue=1' in default.batch_script
     assert 'scontrol update JobId="$SLURM_JOB_ID" Requeue=0' in default.batch_script
-    asked = render(build_spec(nodes=2, requeue_on_node_failure=True), RUN_DIR, WORKDIR)
+    asked = render(job_spec(nodes=2, requeue_on_node_failure=True), RUN_DIR, WORKDIR)
     assert "--requeue" in asked.directives and "--no-requeue" not in asked.directives
     assert "Requeue=" not in asked.batch_script

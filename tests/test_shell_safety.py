@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from clustertrain.errors import FieldError
 from clustertrain.render import render
-from clustertrain.spec import build_spec
+from tests.conftest import job_spec
 
 PAYLOADS = [
     "$(touch PWNED)",
@@ -76,7 +76,7 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run_job(spec_kwargs: dict[str, object], sandbox: Path, stubs: Path) -> dict[str, object]:
-    job = render(build_spec(**spec_kwargs), str(sandbox / "run"), str(sandbox))
+    job = render(job_spec(**spec_kwargs), str(sandbox / "run"), str(sandbox))
     (sandbox / "run").mkdir()
     Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
     Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
@@ -150,7 +150,7 @@ def test_slurm_fields_are_refused_or_inert(
     field: str, value: str, stubs: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     try:
-        build_spec(**{field: value})
+        job_spec(**{field: value})
     except FieldError as refused:
         assert "\n" not in str(refused)
         return

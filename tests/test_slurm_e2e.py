@@ -124,7 +124,7 @@ def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[
     ].replace(dry_run_dir[1], str(run_dir))
 
     status = run_cli("status", job_id, env=env)
-    assert "COMPLETED" in status.stdout and "final test accuracy" in status.stdout
+    assert "COMPLETED" in status.stdout and "final test_acc " in status.stdout
     assert job_id in run_cli("list", env=env).stdout
     # The job file's prepare step ran here before queueing; its output is kept.
     raw = Path(env["CLUSTERTRAIN_DATA_DIR"]) / "MNIST" / "raw"

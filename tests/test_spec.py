@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from clustertrain.errors import FieldError
-from clustertrain.spec import FIELDS, build_spec
+from clustertrain.spec import FIELDS
 from clustertrain.spec.jobfile import load as load_job_file
+from tests.conftest import job_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
     ],
 )
 def test_time_formats_normalise(value: object, normalised: str) -> None:
-    assert build_spec(time=value).time == normalised
+    assert job_spec(time=value).time == normalised
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,7 @@ def test_time_formats_normalise(value: object, normalised: str) -> None:
 )
 def test_bad_times_name_the_field(value: object) -> None:
     with pytest.raises(FieldError) as caught:
-        build_spec(time=value)
+        job_spec(time=value)
     assert str(caught.value).startswith("time: invalid value")
 
 
@@ -96,42 +97,42 @@ def test_bad_times_name_the_field(value: object) -> None:
 )
 def test_bad_values_are_refused_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(FieldError) as caught:
-        build_spec(**{field: value})
+        job_spec(**{field: value})
     assert caught.value.field.split("[")[0].split(".")[0].split(" ")[0] == field
     assert "\n" not in str(caught.value)
 
 
 def test_flags_override_the_job_file() -> None:
-    spec = build_spec({"nodes": 2, "gpus_per_node": 2, "name": "from-file"}, nodes=4, name=None)
+    spec = job_spec({"nodes": 2, "gpus_per_node": 2, "name": "from-file"}, nodes=4, name=None)
     assert (spec.nodes, spec.gpus_per_node, spec.name) == (4, 2, "from-file")
 
 
 def test_unknown_keys_list_the_valid_ones() -> None:
     with pytest.raises(FieldError) as caught:
-        build_spec({"nodez": 2})
+        job_spec({"nodez": 2})
     message = str(caught.value)
     assert message.startswith("nodez:") and all(field in message for field in FIELDS)
 
 
 def test_a_job_file_must_be_a_mapping() -> None:
     with pytest.raises(FieldError, match="must be a YAML mapping"):
-        build_spec(["nodes", 2])  # type: ignore[arg-type]
+        job_spec(["nodes", 2])  # type: ignore[arg-type]
 
 
 def test_world_size_is_one_process_per_gpu_or_per_node() -> None:
-    assert build_spec(nodes=4, gpus_per_node=8).world_size == 32
-    assert build_spec(nodes=3).world_size == 3
-    assert build_spec(nodes=2, gpus_per_node=0, procs_per_node=4).world_size == 8
+    assert job_spec(nodes=4, gpus_per_node=8).world_size == 32
+    assert job_spec(nodes=3).world_size == 3
+    assert job_spec(nodes=2, gpus_per_node=0, procs_per_node=4).world_size == 8
 
 
 def test_env_accepts_a_mapping_or_key_value_flags() -> None:
-    assert build_spec(env={"A": 1}).env == (("A", "1"),)
-    assert build_spec(env=["A=x=y", "B="]).env == (("A", "x=y"), ("B", ""))
+    assert job_spec(env={"A": 1}).env == (("A", "1"),)
+    assert job_spec(env=["A=x=y", "B="]).env == (("A", "x=y"), ("B", ""))
 
 
 def test_shipped_job_files_are_valid() -> None:
     for path in sorted((ROOT / "jobs").glob("*.yaml")):
-        spec = build_spec(load_job_file(str(path)))
+        spec = job_spec(load_job_file(str(path)))
         assert spec.script is None and spec.module == "jobs.mnist.train"
         assert (ROOT / "jobs" / "mnist" / "train.py").is_file()
 
@@ -152,7 +153,7 @@ def test_a_job_file_of_unquoted_words_becomes_plain_values(tmp_path: Path) -> No
         "name: x\npartition: debug\nqos: normal\nmem: 1G\naccount: proj\nmodule: pkg.train\n"
         "constraint: a100\nmail_type: END\ntime: 10\nlauncher: torchrun\n"
     )
-    spec = build_spec(load_job_file(str(path)))
+    spec = job_spec(load_job_file(str(path)))
     values = spec.to_dict()
     assert all(type(v) is str for v in values.values() if isinstance(v, str)), values
     assert yaml.safe_load(yaml.safe_dump(values)) == values
@@ -170,6 +171,6 @@ def test_a_job_file_of_unquoted_words_becomes_plain_values(tmp_path: Path) -> No
 def test_cpus_per_task_default_and_threads_per_rank(
     fields: dict[str, int], cpus: int, threads: int
 ) -> None:
-    spec = build_spec(**fields)
+    spec = job_spec(**fields)
     assert (spec.cpus_per_task, spec.threads_per_process) == (cpus, threads)
-    assert build_spec(spec.to_dict()) == spec  # what a run folder records reads back the same
+    assert job_spec(spec.to_dict()) == spec  # what a run folder records reads back the same

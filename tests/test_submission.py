@@ -14,7 +14,7 @@ from clustertrain.backends import submission
 from clustertrain.backends.slurm import Slurm, SlurmBackend
 from clustertrain.errors import UserError
 from clustertrain.render import render
-from clustertrain.spec import build_spec
+from tests.conftest import job_spec
 
 
 class QueuedSlurm(Slurm):
@@ -30,7 +30,7 @@ class RefusingSlurm(Slurm):
 
 
 def _job(tmp_path: Path) -> object:
-    return render(build_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
+    return render(job_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
 
 
 def test_a_queued_job_keeps_its_run_folder_when_its_id_cannot_be_recorded(

@@ -3,6 +3,7 @@ tasks, their results; bad sweeps refused in one line with nothing written."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -10,20 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import runs
+from clustertrain import events, runs
 from clustertrain.backends.slurm import parse_scontrol_job
 from clustertrain.errors import UserError
 from clustertrain.jobstate import JobState
 from clustertrain.render import render
 from clustertrain.runs import results
-from clustertrain.spec import build_spec, sweep
-from tests.conftest import run_cli
+from clustertrain.spec import sweep
+from tests.conftest import job_spec, run_cli
 
 HOSTILE = "$(touch /tmp/pwned) `id` ; 'x' \"y\" \\ %a #"
 
 
 def test_the_tasks_are_the_product_in_order_and_a_later_layer_wins() -> None:
-    spec = build_spec({"sweep": {"lr": [0.1, 0.2], "seed": [1]}}, sweep=["seed=1,2"])
+    spec = job_spec({"sweep": {"lr": [0.1, 0.2], "seed": [1]}}, sweep=["seed=1,2"])
     assert sweep.tasks(spec.sweep) == [
         {"lr": "0.1", "seed": "1"},
         {"lr": "0.1", "seed": "2"},
@@ -31,7 +32,7 @@ def test_the_tasks_are_the_product_in_order_and_a_later_layer_wins() -> None:
         {"lr": "0.2", "seed": "2"},
     ]
     assert sweep.task_args({"lr": "0.1", "seed": "2"}) == ["--lr", "0.1", "--seed", "2"]
-    assert build_spec().sweep == () and sweep.tasks(()) == []
+    assert job_spec().sweep == () and sweep.tasks(()) == []
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_a_bad_sweep_is_one_line_and_nothing_is_written(
 
 
 def test_the_array_script_gives_each_task_its_folder_and_arguments(tmp_path: Path) -> None:
-    spec = build_spec(nodes=2, sweep=["lr=0.1,0.2", f"note={HOSTILE}"], max_parallel=1)
+    spec = job_spec(nodes=2, sweep=["lr=0.1,0.2", f"note={HOSTILE}"], max_parallel=1)
     job = render(spec, "/runs/s", "/w")
     assert "--array=0-1%1" in job.directives
     assert "--output=/runs/s/tasks/%a/logs/slurm-%A_%a.out" in job.directives
@@ -83,7 +84,9 @@ def test_the_array_script_gives_each_task_its_folder_and_arguments(tmp_path: Pat
 
 
 def test_the_run_folder_holds_a_folder_per_task_found_by_its_id(tmp_path: Path) -> None:
-    job = render(build_spec(nodes=2, sweep=["lr=0.1,0.2,0.4"]), str(tmp_path / "s"), "/w")
+    job = render(
+        job_spec(nodes=2, sweep=["lr=0.1,0.2,0.4"], metric="test_acc"), str(tmp_path / "s"), "/w"
+    )
     runs.write_run_files(job)
     run = runs.record_submission(job, "40")
     assert [t.job_id for t in runs.tasks(run)] == ["40_0", "40_1", "40_2"]
@@ -92,18 +95,27 @@ def test_the_run_folder_holds_a_folder_per_task_found_by_its_id(tmp_path: Path) 
     assert json.loads((task.events_path).read_text())["event"] == "queued"
     with pytest.raises(UserError, match="no task 3"):
         runs.find_run(tmp_path, "40_3")
-    # Results: best accuracy first; a task without a closing record last.
+    # Results: the headline (the job's metric) best first; a task that logged none last.
     for number, acc in ((0, 0.97), (1, 0.99)):
-        done = {"event": "done", "test_acc": acc, "time_to_target_s": 10.0 + number}
-        (run.path / "tasks" / str(number) / "out" / "metrics.jsonl").write_text(json.dumps(done))
+        events.append(run.path / "tasks" / str(number) / "events.jsonl", "epoch", test_acc=acc)
     state = JobState("40", "RUNNING", tasks=((0, "COMPLETED"), (1, "COMPLETED"), (2, "RUNNING")))
     rows = results.rows(run, state)
-    assert [(r.task, r.params["lr"], r.state, r.test_acc) for r in rows] == [
+    assert [(r.task, r.params["lr"], r.state, r.value) for r in rows] == [
         (1, "0.2", "COMPLETED", 0.99),
         (0, "0.1", "COMPLETED", 0.97),
         (2, "0.4", "RUNNING", None),
     ]
-    assert results.text(rows).splitlines()[1].split()[:4] == ["1", "0.2", "COMPLETED", "99.00"]
+    assert results.text(rows).splitlines()[0].split() == [
+        "task",
+        "lr",
+        "state",
+        "test_acc",
+        "restarts",
+    ]
+    assert results.text(rows).splitlines()[1].split()[:4] == ["1", "0.2", "COMPLETED", "0.99"]
+    # Lower is better for a loss: the same values, the other order.
+    low = dataclasses.replace(run, metric="test_acc", metric_mode="min")
+    assert [r.task for r in results.rows(low, state)] == [0, 1, 2]
 
 
 def test_an_array_reads_as_one_state_with_a_count_per_state() -> None:

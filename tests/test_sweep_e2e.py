@@ -50,6 +50,7 @@ def test_two_tasks_on_the_same_nodes_at_once_each_with_its_own_port_and_argument
     assert f"sweep {job_id}" in status and "2 COMPLETED" in status, status
     table = json.loads(run_cli("results", job_id, "--json", env=env).stdout)
     assert sorted(r["params"]["lr"] for r in table) == ["0.05", "0.1"]
-    assert [r["test_acc"] for r in table] == sorted((r["test_acc"] for r in table), reverse=True)
+    assert {r["metric"] for r in table} == {"test_acc"}  # jobs/mnist.yaml's headline
+    assert [r["value"] for r in table] == sorted((r["value"] for r in table), reverse=True)
     one = run_cli("logs", f"{job_id}_1", env=env).stdout
     assert "lr 0.1" in one and "lr 0.05" not in one

@@ -14,8 +14,7 @@ import pytest
 from clustertrain import events, runs
 from clustertrain.render import render
 from clustertrain.runs import timeline
-from clustertrain.spec import build_spec
-from tests.conftest import run_cli
+from tests.conftest import job_spec, run_cli
 
 PREEMPTED_ONCE = [
     (0.0, "queued", 0, {}),
@@ -92,13 +91,13 @@ def test_training_after_the_last_checkpoint_of_a_killed_attempt_is_lost(tmp_path
 def test_progress_says_where_the_newest_attempt_is_and_how_long_is_left(tmp_path: Path) -> None:
     rows = [row for row in PREEMPTED_ONCE if row[0] <= 26.0]
     rows.append((30.0, "step", 1, {"epoch": 2, "step": 35, "steps": 20, "epochs": 2}))
-    moving = timeline.progress(timeline.attempts(_read(tmp_path, rows)))
-    assert moving is not None
+    moving = timeline.progress(timeline.attempts(_read(tmp_path, rows)), "test_acc")
+    assert moving is not None and moving.headline is not None
     # 5 steps in 4 s; 5 steps left.
-    assert (moving.epoch, moving.step, moving.test_acc, moving.eta_s) == (2, 35, 0.9, 4.0)
-    assert moving.line() == (
-        "progress: epoch 2/2, step 35, test accuracy so far 90.00 %, about 4s left"
-    )
+    assert (moving.epoch, moving.step, moving.headline.value, moving.eta_s) == (2, 35, 0.9, 4.0)
+    assert moving.line() == "progress: epoch 2/2, step 35, test_acc 0.9 so far, about 4s left"
+    unnamed = timeline.progress(timeline.attempts(_read(tmp_path, rows)))
+    assert unnamed is not None and unnamed.line() == "progress: epoch 2/2, step 35, about 4s left"
 
 
 def test_malformed_events_are_left_out(tmp_path: Path) -> None:
@@ -163,7 +162,7 @@ def test_a_step_restarted_on_a_spare_names_the_lost_node_and_counts_from_its_las
 def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_path: Path) -> None:
     """One appended line of {"time": 1e308} made plot draw a 1e308-second axis and say 0 %
     goodput: events outside the job's window, or with values that are not finite, are dropped."""
-    job = render(build_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
+    job = render(job_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
     runs.write_run_files(job)
     run = runs.record_submission(job, "9")
     _write(run.events_path, PREEMPTED_ONCE[1:], t0=events.read(run.events_path)[0].time)
@@ -182,7 +181,7 @@ def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_pat
 
 
 def test_plot_draws_one_png_of_a_run(tmp_path: Path) -> None:
-    job = render(build_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
+    job = render(job_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
     runs.write_run_files(job)
     run = runs.record_submission(job, "9")
     _write(run.events_path, PREEMPTED_ONCE[1:], t0=events.read(run.events_path)[0].time)

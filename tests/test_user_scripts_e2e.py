@@ -1,9 +1,11 @@
 """Users' own scripts, which do not import clustertrain, on 2 nodes x 2 processes of the real
 local cluster: each must see the whole world of 4, whichever launcher starts it. The nodes have
-no GPU (the case where `accelerate launch --multi_gpu` used to start four lone trainings)."""
+no GPU (the case where `accelerate launch --multi_gpu` used to start four lone trainings).
+Last, a script that logs its own headline metric with the runtime library, swept."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -58,3 +60,30 @@ def test_accelerates_own_test_ops_script(
     # Its main process prints the state it found, then each check it passed (they assert).
     assert "Num processes: 4" in out and "MULTI_CPU" in out, out[-3000:]
     assert "testing gather" in out and "testing broadcast" in out
+
+
+def test_a_user_scripts_headline_metric_orders_its_sweep(
+    cluster: None,  # noqa: F811
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """A script of the user's logs val_loss (lower is better); nothing of MNIST is involved."""
+    job_id, _ = submit(
+        env, "--nodes", "1", "--gpus-per-node", "0", "--cpus-per-task", "1",
+        "--script", "tests/jobs/val_loss.py", "--metric", "val_loss", "--metric-mode", "min",
+        "--sweep", "lr=0.1,0.4",
+    )  # fmt: skip
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    table = json.loads(run_cli("results", job_id, "--json", env=env).stdout)
+    # (w - 3)^2 + 0.01 after 5 steps: lr 0.4 shrinks w - 3 by 5x a step, lr 0.1 by 1.25x.
+    assert [(r["params"]["lr"], r["metric"]) for r in table] == [
+        ("0.4", "val_loss"),
+        ("0.1", "val_loss"),
+    ]
+    assert table[0]["value"] < 0.011 < 0.9 < table[1]["value"] < 1.0, table
+    status = run_cli("status", job_id, env=env).stdout
+    assert re.search(r"task 0 \(lr=0\.1\): COMPLETED, val_loss 0\.9", status), status
+    picture = tmp_path / "sweep.png"
+    drawn = run_cli("plot", job_id, "-o", str(picture), env=env)
+    assert drawn.returncode == 0 and picture.read_bytes().startswith(b"\x89PNG"), drawn.stderr

@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from clustertrain.backends import entrypoint
 from clustertrain.backends import preflight as preflight_checks
 from clustertrain.backends.base import Backend
 from clustertrain.backends.cluster_info import ClusterInfo, Node, Partition, gpu_count
@@ -362,6 +363,7 @@ class SlurmBackend(Backend):
         if preflight:
             preflight_checks.check(job.spec, self.slurm.cluster_info())
             preflight_checks.check_files(job)
+            entrypoint.check(job.spec, job.workdir)
 
     def submit(self, job: RenderedJob) -> str:
         return self.slurm.submit(job)

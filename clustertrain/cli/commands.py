@@ -151,12 +151,16 @@ def _submit_remote(
 @prepare_option
 @runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print the commands it would run; touch nothing.")
+@click.option(
+    "--no-preflight", is_flag=True, help="Start even a module this host's Python cannot find."
+)
 @click.pass_context
 def run(
     ctx: click.Context,
     job_file: str | None,
     runs_dir: str | None,
     dry_run: bool,
+    no_preflight: bool,
     replace_args: bool,
     skip_prepare: bool,
     **flags: Any,
@@ -178,7 +182,12 @@ def run(
         click.echo("".join(f" \\\n    {w}" if w.startswith("-") else f" {w}" for w in words)[1:])
         return
     job = api.run_local(
-        job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags
+        job_file,
+        extra_args=extra,
+        runs_dir=runs_dir,
+        preflight=not no_preflight,
+        skip_prepare=skip_prepare,
+        **flags,
     )
     run = job.run
     click.echo(f"local run {run.job_id}: {run.world_size} process(es) here, {run.launcher}")

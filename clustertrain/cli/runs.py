@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="The state alone, as JSON, for scripts.")
 @runs_dir_option
 def status(job: str, as_json: bool, runs_dir: str | None) -> None:
-    """State, nodes, elapsed time, restarts and, once done, the final accuracy of JOB."""
+    """State, nodes, elapsed time, restarts and the job's headline metric (its `metric`) of
+    JOB."""
     from clustertrain import runs
     from clustertrain.api import Job
 
@@ -49,15 +50,16 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
     click.echo(f"  run folder: {run.path}")
     from clustertrain.runs import timeline
 
-    attempts = timeline.attempts(run.events(_warn))
-    moving = timeline.progress(attempts) if not state.finished else None
+    found = run.events(_warn)
+    attempts = timeline.attempts(found)
+    moving = timeline.progress(attempts, run.metric) if not state.finished else None
     if moving is not None:
         click.echo(f"  {moving.line()}")
     for restart in timeline.restarts(attempts):
         click.echo(f"  {restart.line()}")
-    final = run.final_metrics()
-    if final is not None and isinstance(final.get("test_acc"), int | float):
-        click.echo(f"  final test accuracy: {100 * final['test_acc']:.2f} %")
+    final = timeline.headline(found, run.metric) if state.finished else None
+    if final is not None:
+        click.echo(f"  final {final.text()}")
     if state.finished and state.state != "COMPLETED":
         from clustertrain.runs.logs import first_failure, hang
 
@@ -78,9 +80,9 @@ def _sweep_status(job: Job, state: JobState) -> None:
     click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
     click.echo(f"  run folder: {run.path}")
     for row in sorted(results.rows(run, state, _warn), key=lambda r: r.task):
-        acc = f", test accuracy {100 * row.test_acc:.2f} %" if row.test_acc is not None else ""
+        said = f", {row.metric} {row.value:.6g}" if row.value is not None else ""
         params = printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
-        click.echo(f"  task {row.task} ({params}): {row.state}{acc}")
+        click.echo(f"  task {row.task} ({params}): {row.state}{said}")
     click.echo(
         f"  one task: clustertrain status {run.job_id}_K; all: clustertrain results {run.job_id}"
     )
@@ -128,8 +130,8 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON, for scripts.")
 @runs_dir_option
 def results(job: str, as_json: bool, runs_dir: str | None) -> None:
-    """One row per task of the sweep JOB: parameters, state, final accuracy, time to target,
-    restarts; best accuracy first."""
+    """One row per task of the sweep JOB: parameters, state, the headline metric (the job's
+    `metric`), restarts; best first (by `metric_mode`)."""
     from clustertrain import runs
     from clustertrain.api import Job
     from clustertrain.runs import results as table

@@ -65,6 +65,9 @@ class Run:
     nodes: int
     world_size: int
     launcher: str
+    # The job's headline metric (JobSpec.metric) and which way it is better; None: none named.
+    metric: str | None = None
+    metric_mode: str = "max"
 
     @property
     def task_number(self) -> int | None:
@@ -180,6 +183,8 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
         nodes=job.spec.nodes,
         world_size=job.spec.world_size,
         launcher=job.spec.launcher,
+        metric=job.spec.metric,
+        metric_mode=job.spec.metric_mode,
     )
     fields = {k: v for k, v in vars(run).items() if k != "path"}
     tmp = run.path / f".{RECORD}.tmp"
@@ -213,7 +218,15 @@ _RECORD_FIELDS: dict[str, Callable[[Any], bool]] = {
     "nodes": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 100_000,
     "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 10**7,
     "launcher": lambda v: v in LAUNCHERS,
+    "metric": lambda v: v is None or (isinstance(v, str) and _is_metric(v)),
+    "metric_mode": lambda v: v in protocol.METRIC_MODES,
 }
+# Fields a run recorded before they existed lacks: it reads as having the default.
+_OPTIONAL = {"metric", "metric_mode"}
+
+
+def _is_metric(text: str) -> bool:
+    return protocol.METRIC_NAME.fullmatch(text) is not None
 
 
 def _is_job_id(text: str) -> bool:
@@ -228,10 +241,14 @@ def read_run(path: Path) -> Run:
         record = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise RunFolderError(f"{path / RECORD}: not JSON") from None
-    if not isinstance(record, dict) or set(record) != set(_RECORD_FIELDS):
+    if (
+        not isinstance(record, dict)
+        or not set(record) <= set(_RECORD_FIELDS)
+        or not set(_RECORD_FIELDS) - _OPTIONAL <= set(record)
+    ):
         raise RunFolderError(f"{path / RECORD}: not a clustertrain job record")
     for key, check in _RECORD_FIELDS.items():
-        if not check(record[key]):
+        if key in record and not check(record[key]):
             raise RunFolderError(f"{path / RECORD}: bad {key} {printable(repr(record[key]))[:60]}")
     return Run(path=path, **record)
 

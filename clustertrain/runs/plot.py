@@ -1,7 +1,8 @@
 """``clustertrain plot JOB``: one PNG of what the job did, from its events.
 
-Top: training loss and test accuracy against the global step and against wall time, every
-attempt on the same axes in its own colour, restarts marked. Bottom: a timeline with one lane
+Top: the training ``loss`` and the job's headline metric (its ``metric``), each against the
+global step and against wall time, every attempt on the same axes in its own colour, restarts
+marked; a metric no event carries is left out. Bottom: a timeline with one lane
 per attempt (start-up, training, training lost after the last checkpoint; checkpoints and
 signals as marks) and the waits in the queue before and between attempts; the title gives the
 goodput (:mod:`clustertrain.runs.timeline`). matplotlib is imported here only.
@@ -21,6 +22,8 @@ from clustertrain.runs import Run, tasks, timeline
 from clustertrain.spec import sweep
 
 Warn = Callable[[str], None] | None
+# The training loss every plot draws when the events carry it (runtime.log_metrics(step, loss=..)).
+LOSS = "loss"
 # Events drawn as marks on their attempt's lane: a hang where it was declared, a restart of the
 # step inside the allocation where it began.
 MARKS = {
@@ -47,19 +50,19 @@ def draw(run: Run, out: Path, warn: Warn = None) -> Path:
     matplotlib.use("Agg")  # no screen needed
     import matplotlib.pyplot as plt  # lazy: start-up time (0.3 s), only plot needs it
 
-    fig = plt.figure(figsize=(13, 8.5), constrained_layout=True)
-    grid = fig.add_gridspec(3, 2, height_ratios=(1, 1, 0.8))
+    metrics = list(dict.fromkeys(m for m in (LOSS, run.metric) if m))
+    fig = plt.figure(figsize=(13, 4.25 * len(metrics) + 2), constrained_layout=True)
+    grid = fig.add_gridspec(len(metrics) + 1, 2, height_ratios=(*([1] * len(metrics)), 0.8))
     axes = {
-        ("loss", "step"): fig.add_subplot(grid[0, 0]),
-        ("loss", "time"): fig.add_subplot(grid[0, 1]),
-        ("test_acc", "step"): fig.add_subplot(grid[1, 0]),
-        ("test_acc", "time"): fig.add_subplot(grid[1, 1]),
+        (metric, x): fig.add_subplot(grid[row, column])
+        for row, metric in enumerate(metrics)
+        for column, x in enumerate(("step", "time"))
     }
     draw_run = _sweep if tasks(run) else _job
     title = draw_run(fig, grid, axes, run, warn)
     for (metric, x), ax in axes.items():
         ax.set_xlabel("global step" if x == "step" else "wall time since queued (s)")
-        ax.set_ylabel("train loss" if metric == "loss" else "test accuracy (%)")
+        ax.set_ylabel(printable(metric) + (" (headline)" if metric == run.metric else ""))
         ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(fontsize=8, loc="best")
@@ -76,7 +79,7 @@ def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: 
     for attempt in runs:
         colour = COLOURS[attempt.number % len(COLOURS)]
         _curves(axes, attempt, origin, colour, f"attempt {attempt.number}")
-    _lanes(fig.add_subplot(grid[2, :]), found, runs, origin)
+    _lanes(fig.add_subplot(grid[-1, :]), found, runs, origin)
     good = timeline.goodput(runs)
     share = f"goodput {100 * good:.0f} %" if good is not None else "no attempt recorded"
     return (
@@ -91,7 +94,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn
     views = tasks(run)
     found = {view.job_id: view.events(warn) for view in views}
     origin = min((e.time for seen in found.values() for e in seen), default=0.0)
-    lanes = fig.add_subplot(grid[2, :])
+    lanes = fig.add_subplot(grid[-1, :])
     every: list[timeline.Attempt] = []
     seen: set[str] = set()
     for k, view in enumerate(views):
@@ -131,15 +134,14 @@ def _curves(
     colour: str,
     label: str | None,
 ) -> None:
-    for metric, kinds in (("loss", ("step",)), ("test_acc", ("epoch",))):
-        points = [e for e in attempt.events if e.name in kinds and metric in e.values]
+    for metric in dict.fromkeys(metric for metric, _ in axes):
+        points = timeline.series(list(attempt.events), metric)
         if not points:  # nothing to draw: no empty line in the legend either
             continue
-        scale = 100 if metric == "test_acc" else 1
-        ys = [scale * e.values[metric] for e in points]
+        ys = [e.values[metric] for e in points]
         steps = [e.values.get("step", 0) for e in points]
         times = [e.time - origin for e in points]
-        marker = "o" if metric == "test_acc" else "." if len(points) < 100 else None
+        marker = "o" if len(points) < 20 else "." if len(points) < 100 else None
         axes[(metric, "step")].plot(steps, ys, color=colour, label=label, marker=marker)
         axes[(metric, "time")].plot(times, ys, color=colour, label=label, marker=marker)
         if attempt.number > 0:

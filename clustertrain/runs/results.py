@@ -1,7 +1,9 @@
-"""``clustertrain results ID``: one row per task of a sweep, best accuracy first.
+"""``clustertrain results ID``: one row per task of a sweep, best first by the job's headline
+metric (its ``metric``, better by ``metric_mode``).
 
-Each row comes from the task's own folder (its closing metrics record and its events) and the
-array's state in Slurm; a task Slurm no longer remembers keeps what its folder says.
+Each row comes from the task's own folder (its events: the headline's newest value, its
+attempts) and the array's state in Slurm; a task Slurm no longer remembers keeps what its folder
+says. A job that names no headline metric lists its tasks in order.
 """
 
 from __future__ import annotations
@@ -21,47 +23,43 @@ class Row:
     task: int
     params: dict[str, str]
     state: str
-    test_acc: float | None
-    time_to_target_s: float | None
+    metric: str | None
+    value: float | None
     restarts: int
 
 
 def rows(run: Run, state: JobState, warn: Callable[[str], None] | None = None) -> list[Row]:
-    """The tasks of ``run``, sorted by final accuracy (best first; unfinished last)."""
+    """The tasks of ``run``, best headline first (unfinished or unmeasured last)."""
     table = sweep.read_table(run.path)
     states = dict(state.tasks)
     found = []
     for number in sorted(table):
         view = task(run, number)
-        final = view.final_metrics() or {}
-        attempts = timeline.attempts(view.events(warn))
+        seen = view.events(warn)
         found.append(
             Row(
                 task=number,
                 params=table[number],
                 state=states.get(number, state.state if not state.tasks else "UNKNOWN"),
-                test_acc=_number(final.get("test_acc")),
-                time_to_target_s=_number(final.get("time_to_target_s")),
-                restarts=max(len(attempts) - 1, 0),
+                metric=run.metric,
+                value=timeline.latest(seen, run.metric),
+                restarts=max(len(timeline.attempts(seen)) - 1, 0),
             )
         )
-    return sorted(found, key=lambda r: (r.test_acc is None, -(r.test_acc or 0.0), r.task))
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    sign = -1.0 if run.metric_mode == "max" else 1.0
+    return sorted(found, key=lambda r: (r.value is None, sign * (r.value or 0.0), r.task))
 
 
 def text(found: list[Row]) -> str:
     names = list(found[0].params) if found else []
-    head = ["task", *names, "state", "test acc.", "time to target", "restarts"]
+    metric = found[0].metric if found else None
+    head = ["task", *names, "state", *([printable(metric)] if metric else []), "restarts"]
     body = [
         [
             str(r.task),
             *(printable(r.params.get(n, "")) for n in names),
             r.state,
-            f"{100 * r.test_acc:.2f} %" if r.test_acc is not None else "-",
-            f"{r.time_to_target_s:.1f} s" if r.time_to_target_s is not None else "-",
+            *([f"{r.value:.6g}" if r.value is not None else "-"] if metric else []),
             str(r.restarts),
         ]
         for r in found
@@ -74,4 +72,4 @@ def text(found: list[Row]) -> str:
 
 
 def as_json(found: list[Row]) -> str:
-    return json.dumps([asdict(r) for r in found], indent=1)
+    return json.dumps([asdict(r) for r in found], indent=1, allow_nan=False)

@@ -1,8 +1,9 @@
 """Where a job's time went, from its events (:mod:`clustertrain.events`): pure functions.
 
 An attempt runs from ``started`` to ``ended`` or ``requeued`` (or its last event, when Slurm
-killed the batch shell first). Inside it: start-up (to the node check, the rendezvous, the data
-ready), then training. Between attempts, and before the first, the job waits in the queue.
+killed the batch shell first). Inside it: start-up (to the node check, then the script's
+milestones: ``runtime.milestone``), then training from the data ready or the first progress.
+Between attempts, and before the first, the job waits in the queue.
 Goodput is the useful training time over the allocated time: training that a later attempt had
 to redo (after the last checkpoint of an attempt that did not end cleanly) does not count.
 """
@@ -12,11 +13,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from clustertrain.events import Event
+from clustertrain.events import MILESTONES, Event
 
-# Milestones of an attempt, in order; each phase runs from one to the next that happened.
-MILESTONES = ("started", "node_check", "rendezvous", "data_ready")
-PROGRESS = ("step", "epoch", "checkpoint", "stop")
+PROGRESS = ("step", "metrics", "epoch", "checkpoint", "stop")
+# Start-up ends at the script's last milestone or its first progress, whichever comes first.
+READY = MILESTONES[-1]
+# Where a metric's values are read from: the first of these kinds of event that carries it, so
+# a loss logged at every step is not drawn together with its average at each epoch's end.
+_FINEST_FIRST = ("step", "metrics", "epoch")
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class Attempt:
 
 
 def _phases(events: tuple[Event, ...], end: float, clean: bool) -> list[Phase]:
-    ready = next((e.time for e in events if e.name in PROGRESS or e.name == "data_ready"), end)
+    ready = next((e.time for e in events if e.name in PROGRESS or e.name == READY), end)
     saved = [e.time for e in events if e.name == "checkpoint"]
     # A run that did not end cleanly keeps only what its last checkpoint holds.
     useful_end = end if clean else max(saved[-1] if saved else ready, ready)
@@ -157,31 +161,66 @@ def goodput(runs: list[Attempt]) -> float | None:
     return useful / allocated if allocated > 0 else None
 
 
+def series(found: list[Event], metric: str) -> list[Event]:
+    """The events that carry ``metric``, in time order, of the finest kind that carries it."""
+    for kind in _FINEST_FIRST:
+        points = [e for e in found if e.name == kind and metric in e.values]
+        if points:
+            return sorted(points, key=lambda e: e.time)
+    return []
+
+
+def latest(found: list[Event], metric: str | None) -> float | None:
+    """The newest value of ``metric`` (None when none is named, or none was logged)."""
+    points = series(found, metric) if metric else []
+    return float(points[-1].values[metric]) if metric and points else None
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A job's headline metric and its newest value."""
+
+    metric: str
+    value: float
+
+    def text(self) -> str:
+        return f"{self.metric} {self.value:.6g}"
+
+
+def headline(found: list[Event], metric: str | None) -> Headline | None:
+    value = latest(found, metric)
+    return Headline(metric, value) if metric and value is not None else None
+
+
 @dataclass(frozen=True)
 class Progress:
     epoch: int
     epochs: int | None
     step: int
-    test_acc: float | None
+    headline: Headline | None
     eta_s: float | None
 
     def line(self) -> str:
         of = f"/{self.epochs}" if self.epochs else ""
-        acc = f", test accuracy so far {100 * self.test_acc:.2f} %" if self.test_acc else ""
+        said = f", {self.headline.text()} so far" if self.headline else ""
         eta = f", about {_duration(self.eta_s)} left" if self.eta_s is not None else ""
-        return f"progress: epoch {self.epoch}{of}, step {self.step}{acc}{eta}"
+        return f"progress: epoch {self.epoch}{of}, step {self.step}{said}{eta}"
 
 
-def progress(runs: list[Attempt]) -> Progress | None:
-    """How far the newest attempt got, and the time left at its pace so far."""
+def progress(runs: list[Attempt], metric: str | None = None) -> Progress | None:
+    """How far the newest attempt got, its headline ``metric`` so far, and the time left at its
+    pace so far."""
     if not runs:
         return None
     last = runs[-1]
-    moves = [e for e in last.events if e.name in ("step", "epoch")]
+    moves = [
+        e
+        for e in last.events
+        if e.name in ("step", "epoch") or (e.name == "metrics" and "step" in e.values)
+    ]
     if not moves:
         return None
     now = moves[-1]
-    accuracies = [e.values["test_acc"] for a in runs for e in a.events if "test_acc" in e.values]
     epochs, steps = now.values.get("epochs"), now.values.get("steps")
     step = int(now.values.get("step", 0))
     eta = None
@@ -192,7 +231,7 @@ def progress(runs: list[Attempt]) -> Progress | None:
         int(now.values.get("epoch", 0)),
         int(epochs) if epochs else None,
         step,
-        accuracies[-1] if accuracies else None,
+        headline([e for a in runs for e in a.events], metric),
         eta,
     )
 

@@ -120,6 +120,17 @@ def name_text(name: str, value: Any) -> str:
     return text
 
 
+def optional_name(name: str, value: Any) -> str | None:
+    return None if value is None else name_text(name, value)
+
+
+def name_from(entrypoint: str) -> str:
+    """A job's name when it gives none: its script's or module's last part, e.g. ``train``
+    for ``jobs/train.py`` and for ``pkg.train``, in the characters any name may hold."""
+    stem = entrypoint.rstrip("/").rsplit("/", 1)[-1].removesuffix(".py").rsplit(".", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.+-]", "-", stem)[:64].strip("-") or "job"
+
+
 def time_seconds(text: str) -> int | None:
     """Seconds in a Slurm time limit string, or None if it is not one Slurm accepts."""
     match = _TIME.fullmatch(text)
@@ -157,6 +168,23 @@ def format_time(seconds: int) -> str:
 def launcher(name: str, value: Any) -> str:
     if value not in LAUNCHERS:
         raise FieldError(name, value, "must be one of: " + ", ".join(LAUNCHERS))
+    return str(value)
+
+
+def metric(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not protocol.METRIC_NAME.fullmatch(value):
+        raise FieldError(
+            name, value, "must be a metric's name: a letter or _, then up to 63 letters, digits or "
+            "_ . / - (e.g. test_acc, val/loss), as the script logs it",
+        )  # fmt: skip
+    return value
+
+
+def metric_mode(name: str, value: Any) -> str:
+    if value not in protocol.METRIC_MODES:
+        raise FieldError(name, value, "must be max (higher is better) or min (lower is better)")
     return str(value)
 
 

@@ -45,7 +45,10 @@ def _field(
 class JobSpec:
     """A validated multi-node training job. Build it with :func:`build_spec`."""
 
-    name: str = _field("mnist", fields.name_text, "Slurm job name.")
+    name: str = _field(
+        None, fields.optional_name, "Slurm job name, and the start of the run folder's name.",
+        default_text="the script's or module's name",
+    )  # fmt: skip
     nodes: int = _field(
         1, fields.int_range(1, 10_000), "Nodes to allocate (one launcher per node)."
     )
@@ -73,12 +76,22 @@ class JobSpec:
         None, fields.script, "Training script every process runs, e.g. train.py."
     )
     module: str | None = _field(
-        "jobs.mnist.train", fields.module, "Python module every process runs as `python -m`."
+        None, fields.module, "Python module every process runs as `python -m`, e.g. pkg.train."
     )
     args: tuple[str, ...] = _field(
         (), fields.words, "Arguments of the training script (after -- on the command line).",
         flag=None,
     )  # fmt: skip
+    # The number that says how the job did, read from its events (runtime.log_metrics): status,
+    # results, a sweep's order and plot show it. None: the job names none, and they show none.
+    metric: str | None = _field(
+        None, fields.metric,
+        "The job's headline metric, as the script logs it (e.g. test_acc, val_loss): status, "
+        "results, a sweep's best-first order and plot show it.",
+    )  # fmt: skip
+    metric_mode: str = _field(
+        "max", fields.metric_mode, "Which way the headline metric is better: max or min."
+    )
     # Commands run on the submit host, in the submit directory, before anything is queued
     # (clustertrain.backends.prepare): compute nodes often have no route out, login nodes do.
     prepare: tuple[tuple[str, ...], ...] = _field(
@@ -193,6 +206,13 @@ class JobSpec:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
+        if self.script is None and self.module is None:
+            raise FieldError(
+                "module", None, "name what every process runs: a script (--script train.py) or "
+                "a module (--module pkg.train), in a job file or as a flag",
+            )  # fmt: skip
+        if self.name is None:
+            object.__setattr__(self, "name", fields.name_from(self.script or self.module or ""))
         if self.max_parallel is not None and not self.sweep:
             raise FieldError("max_parallel", self.max_parallel, "only applies to a sweep")
         self._check_container()

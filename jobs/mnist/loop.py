@@ -52,7 +52,7 @@ class Trainer:
         self.train_set = Images(*data.load_split(raw, train=True, limit=config.limit_train))
         self.test_set = Images(*data.load_split(raw, train=False))
         phases["data_ready"] = time.time()
-        events.record("data_ready", seconds=phases["data_ready"] - phases["process_start"])
+        runtime.milestone("data_ready", seconds=phases["data_ready"] - phases["process_start"])
         strategy.log(
             f"{config.strategy}: {strategy.world_size} process(es) on {strategy.device}, "
             f"{len(self.train_set)} training images, recipe {config.recipe}, global batch "

@@ -23,7 +23,7 @@ if not __package__:  # `python jobs/mnist/train.py`: the package's relative impo
     sys.exit("error: run it as a module from the repository root: python -m jobs.mnist.train")
 
 from clustertrain import env as dist_env  # noqa: E402
-from clustertrain import events, protocol, runtime  # noqa: E402
+from clustertrain import protocol, runtime  # noqa: E402
 from clustertrain.errors import UserError  # noqa: E402
 
 from . import data, strategies  # noqa: E402
@@ -49,7 +49,7 @@ def train(config: Config, started_at: float | None = None) -> dict[str, Any]:
         strategy = strategies.start(config.strategy, launched)
         strategy.stop = stop
         phases["process_group_ready"] = time.time()
-        events.record("rendezvous", seconds=phases["process_group_ready"] - phases["process_start"])
+        runtime.milestone("rendezvous", phases["process_group_ready"] - phases["process_start"])
         # One line from every rank, so a job's log shows where each one landed.
         print(
             f"rank {strategy.rank}/{strategy.world_size} (local {strategy.local_rank}) on "
