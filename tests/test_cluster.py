@@ -279,6 +279,58 @@ def test_the_login_node_is_reached_by_ssh_and_has_slurm_and_clustertrain(
     assert ssh("clustertrain --version") == run_cli("--version").stdout.strip()
 
 
+def _in_network(inode: int) -> list[str]:
+    """Every live process whose network namespace is ``inode``, as ``PID (comm)``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.readlink(proc / "ns" / "net") == f"net:[{inode}]":
+                found.append(f"{proc.name} ({(proc / 'comm').read_text().strip()})")
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slurm
+def test_down_leaves_no_process_of_the_login_nodes_namespace(live: cluster.Layout) -> None:
+    """After `--host login` work (a master connection, its sshd session on the login node),
+    `cluster down` ends every process of the login node, by PID, before its namespace goes;
+    `cluster status` named them while they ran."""
+    if live.network != "namespaces":
+        pytest.skip("the login node needs the namespace layout")
+    assert run_cli("doctor", "--host", "login").returncode == 0
+    (space,) = Path("/run/netns").glob("clustertrain-*-login")
+    inode = space.stat().st_ino
+    sessions = [p for p in _in_network(inode) if p.endswith("(sshd)")]
+    assert len(sessions) >= 2, sessions  # sshd itself and the master connection's session
+    status = run_cli("cluster", "status").stdout
+    assert "other processes on the hosts: login: pid " in status, status
+    try:
+        down = run_cli("cluster", "down")
+        assert down.returncode == 0, down.stderr
+        assert _in_network(inode) == []
+    finally:
+        cluster.up(live)
+    assert "other processes on the hosts: none" in run_cli("cluster", "status").stdout
+
+
+def test_down_names_a_process_that_outlives_it_and_keeps_the_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process SIGKILL cannot end (stuck in the kernel) keeps the namespaces, so that it can
+    still be found: down (and up, which runs it first) says which, in one line."""
+    from clustertrain.cluster import lifecycle, netns
+
+    me = os.getpid()
+    stopped: list[list[dict]] = []
+    monkeypatch.setattr(lifecycle.netns, "processes", lambda names: {"login": [me]})
+    monkeypatch.setattr(lifecycle.daemons, "stop", lambda procs, grace_s: stopped.append(procs))
+    monkeypatch.setattr(lifecycle.ssh, "stop_master", lambda host: None)
+    with pytest.raises(UserError, match=rf"^processes are left .*: login: pid {me} \(\w+\); "):
+        lifecycle._end_hosts(netns.Names("0123456789abcdef", ["node1", "login"]))
+    assert [[p["pid"] for p in procs] for procs in stopped] == [[me]]
+
+
 def test_the_login_nodes_ssh_files(tmp_path: Path) -> None:
     from clustertrain.cluster import login
 

@@ -96,8 +96,8 @@ def test_a_module_the_job_cannot_import_is_refused_before_queueing(
     tmp_path: Path,
 ) -> None:
     env = {"PATH": f"{installed}:/usr/bin:/bin", "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
-    done = _run(installed, "submit", "--module", "nosuch.mod", "--nodes", "2", "--cpus-per-task", "2",
-                cwd=tmp_path, env=env)  # fmt: skip
+    words = ["--module", "nosuch.mod", "--nodes", "2", "--cpus-per-task", "2"]
+    done = _run(installed, "submit", *words, cwd=tmp_path, env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("clustertrain: error: module: nosuch.mod cannot be imported")
     assert done.stderr.count("\n") == 1 and not (tmp_path / "runs").exists()

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from clustertrain.procs import proc_stat
+from clustertrain.procs import proc_stat, start_time
 
 from . import login, netns
 from .layout import Layout, conf_path, dns_conf, hosts_file, munge_socket, record_path, resolv_file
@@ -100,6 +100,19 @@ def strays(cluster_id: str) -> list[int]:
         except OSError:
             continue
     return [pid for pid, fields in stat_of.items() if int(fields[3]) in sessions]
+
+
+def by_pid(pid: int) -> dict:
+    """A running process as :func:`stop` takes it: its PID with its start time, so that a PID
+    the kernel has given to another process meanwhile is never signalled."""
+    return {"pid": pid, "start_time": start_time(pid)}
+
+
+def command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()[:32] or "?"
+    except OSError:
+        return "gone"
 
 
 def spawn(name: str, argv: list[str], log: Path, env: dict[str, str]) -> dict:

@@ -12,9 +12,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from clustertrain.backends import ssh
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
-from clustertrain.procs import start_time
 
 from . import daemons, login, netns
 from .config import (
@@ -295,17 +295,14 @@ def down(state_dir: Path) -> None:
     daemons.stop([p for p in procs if p["name"] != "munged"])
     started = {p["pid"] for p in procs}
     daemons.stop(
-        [
-            {"pid": pid, "start_time": start_time(pid)}
-            for pid in daemons.strays(record["id"])
-            if pid not in started
-        ],
+        [daemons.by_pid(pid) for pid in daemons.strays(record["id"]) if pid not in started],
         grace_s=2.0,
     )
     daemons.stop(procs)
     if record.get("hosts_block"):
         HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
     if daemons.record_layout(record).network == "namespaces":
+        _end_hosts(_names(record))
         login.exclude(state_dir, bool(record.get("ssh_config_made")))
         netns.remove(_names(record))
     if record.get("run_sshd"):
@@ -320,6 +317,33 @@ def down(state_dir: Path) -> None:
     dns_conf(state_dir).unlink(missing_ok=True)
     resolv_file(state_dir).unlink(missing_ok=True)
     record_path(state_dir).unlink()
+
+
+def _end_hosts(names: netns.Names) -> None:
+    """End every process still in a host's namespace (the login node's ssh sessions and what
+    they started, a node's leftovers), by PID: first this side's master connection to the login
+    node, so that its session ends the ordinary way. A process that outlives SIGKILL keeps the
+    namespaces: this raises, naming it, and `down` can be run again once it is gone."""
+    ssh.stop_master(login.NAME)
+    left = netns.processes(names)
+    daemons.stop([daemons.by_pid(pid) for pids in left.values() for pid in pids], grace_s=2.0)
+    stuck = _describe(netns.processes(names))
+    if stuck:
+        raise UserError(
+            f"processes are left on the local cluster's hosts: {stuck}; end them "
+            "(kill -9 PID), then run `clustertrain cluster down` again"
+        )
+
+
+# How many processes of one host `status` names (a job's ranks can be many).
+_MAX_NAMED = 8
+
+
+def _describe(found: dict[str, list[int]]) -> str:
+    return "; ".join(
+        f"{host}: " + ", ".join(f"pid {pid} ({daemons.command_name(pid)})" for pid in pids)
+        for host, pids in found.items()
+    )
 
 
 def fail_node(state_dir: Path, node: str, cut_link: bool = False) -> str:
@@ -374,4 +398,12 @@ def status(state_dir: Path) -> str:
             extra = f"  {login.NAME} {layout.login_address} (`ssh {login.NAME}` from here)"
         extra += f" (failed on purpose: {failed})" if failed else ""
         lines.append(f"  {p['name']:<14} pid {p['pid']:<8} {state}{extra}")
+    if layout.network == "namespaces":
+        daemon_pids = {p["pid"] for p in record["processes"]}
+        others = {
+            host: [pid for pid in pids if pid not in daemon_pids][:_MAX_NAMED]
+            for host, pids in netns.processes(_names(record)).items()
+        }
+        named = _describe({host: pids for host, pids in others.items() if pids})
+        lines.append(f"  other processes on the hosts: {named or 'none'}")
     return "\n".join(lines)

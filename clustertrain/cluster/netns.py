@@ -114,6 +114,17 @@ def leftovers(names: Names) -> list[str]:
     return found + [names.namespace(n) for n in names.nodes if names.namespace(n) in spaces]
 
 
+def processes(names: Names) -> dict[str, list[int]]:
+    """The live processes in each host's network namespace (the nodes', the login node's), by
+    host: what `down` must end before the namespaces go, or nothing would ever end them."""
+    found = {}
+    for node in names.nodes:
+        pids = [int(p) for p in _ip("netns", "pids", names.namespace(node)).stdout.split()]
+        if pids:
+            found[node] = pids
+    return found
+
+
 def fail(names: Names, node: str, cut_link: bool) -> list[int]:
     """Make ``node`` disappear as a host does: every process in its namespace killed (slurmd,
     the job steps, the ranks), or, with ``cut_link``, its link down and everything left
