@@ -28,24 +28,29 @@ from clustertrain import protocol
 from clustertrain.files import RunFolderError, read_regular
 from clustertrain.protocol import METRIC_NAME
 
+# The names of the submit side's, the supervisor's and the watchdog's events, said here once:
+# their writers and readers (clustertrain.runs.timeline, plot) use these.
+QUEUED, STARTED, NODE_CHECK, SIGNAL = "queued", "started", "node_check", "signal"
+REQUEUED, RESTARTED, ENDED = "requeued", "restarted", "ended"
+HANG, NODE_LOST, CHECKPOINT = "hang", "node_lost", "checkpoint"
 # In the order a job goes through them.
 NAMES = (
-    "queued",
-    "started",
-    "node_check",
+    QUEUED,
+    STARTED,
+    NODE_CHECK,
     "rendezvous",
     "data_ready",
     "step",
     "metrics",
     "epoch",
-    "checkpoint",
-    "signal",
+    CHECKPOINT,
+    SIGNAL,
     "stop",
-    "requeued",
-    "hang",
-    "node_lost",
-    "restarted",
-    "ended",
+    REQUEUED,
+    HANG,
+    NODE_LOST,
+    RESTARTED,
+    ENDED,
 )
 # What a training script says of its start-up, in order: its process group is up, its data is
 # ready (start-up ends there, or at its first step). runtime.milestone records them.

@@ -9,18 +9,15 @@ call decides: one overlapping ``srun true`` on each node of the step at once, an
 srun fails or does not return within ``ANSWER_S`` is lost. Slurm's own ping does the same, a
 few minutes later.
 
-``python -m clustertrain.rollcall replace ACTIVE SPARES LOST_FILE`` is the batch script's
-arithmetic afterwards, after a roll call of the spares (they have run nothing yet): it prints
-the nodes to train on next (``-`` when too few spares are left), the spares left, and the nodes
-the job keeps (without the lost ones), each a comma list. The batch script shrinks the job to
-the last (``scontrol update JobId NodeList``): a job that still holds a lost node stays
-COMPLETING after its end until Slurm declares the node down.
+:func:`replace` is the arithmetic afterwards: the nodes to train on next and the spares left.
+The supervisor (clustertrain.supervisor) calls the roll of the spares first (they have run
+nothing yet), and shrinks the job to the nodes it keeps (``scontrol update JobId NodeList``): a
+job that still holds a lost node stays COMPLETING after its end until Slurm declares it down.
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -78,35 +75,3 @@ def replace(active: list[str], spares: list[str], lost: list[str]) -> tuple[list
     if needed > len(usable):
         raise LookupError(f"{needed} node(s) lost and {len(usable)} spare(s) left")
     return kept + usable[:needed], usable[needed:]
-
-
-def _words(text: str) -> list[str]:
-    """Node names from a comma list or lines; ``-`` is the batch script's "none"."""
-    return [word for word in text.replace(",", " ").split() if word != "-"]
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 4 or argv[0] != "replace":
-        print(
-            "usage: python -m clustertrain.rollcall replace ACTIVE SPARES LOST_FILE",
-            file=sys.stderr,
-        )
-        return 2
-    active, spares, lost = _words(argv[1]), _words(argv[2]), _words(Path(argv[3]).read_text())
-    # A spare has run nothing since the job started: it may be gone too.
-    if spares and (gone := call(spares)):
-        lost += list(gone)
-        for node, why in gone.items():
-            print(f"clustertrain: spare {node} is lost too ({why})", file=sys.stderr)
-    kept = [node for node in active + spares if node not in lost]
-    try:
-        nodes, spares = replace(active, spares, lost)
-    except LookupError as error:
-        print(f"clustertrain: {', '.join(lost)} lost: {error}", file=sys.stderr)
-        nodes, spares = ["-"], ["-"]
-    print(",".join(nodes), ",".join(spares) or "-", ",".join(kept))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

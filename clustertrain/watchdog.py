@@ -152,7 +152,7 @@ def declare(folder: Path, steps: dict[int, int], newest: float, srun_pid: int) -
         _py_spy_on_every_node(folder)
     said = summary(folder, steps, quiet_s)
     (folder / protocol.HANG_FILE).write_text(said + "\n")
-    events.record("hang", step=max(steps.values(), default=0), seconds=quiet_s)
+    events.record(events.HANG, step=max(steps.values(), default=0), seconds=quiet_s)
     print(f"clustertrain: {said}; stacks in {folder}; ending the step", flush=True)
     # A node cut off from the others hangs them too: with spares, the restart goes without it.
     if (active := _active_nodes()) and (lost := rollcall.call(active)):
@@ -168,7 +168,7 @@ def lose(folder: Path, lost: dict[str, str], heard: dict[str, float], srun_pid: 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / protocol.LOST_FILE).write_text("".join(f"{node}\n" for node in lost))
     since = time.time() - min(heard.get(node, time.time()) for node in lost)
-    events.record("node_lost", nodes=",".join(lost), seconds=since)
+    events.record(events.NODE_LOST, nodes=",".join(lost), seconds=since)
     for node, why in lost.items():
         print(f"clustertrain: {node} is lost: it did not answer the roll call ({why})", flush=True)
     job = os.environ.get("SLURM_JOB_ID", "")

@@ -28,22 +28,22 @@ def _job(runtime: str, image: str = "/images/torch", run_dir: str = RUN_DIR, **f
 
 
 def _srun_lines(job: RenderedJob) -> tuple[str, str]:
-    """The node check's srun line and the launch step's."""
-    lines = [ln.strip() for ln in job.batch_script.splitlines() if ln.strip().startswith("srun ")]
-    check, launch = lines
+    """The node check's srun line and the launch step's, as the supervisor's plan holds them."""
+    plan = json.loads(job.plan)
+    check, launch = (" ".join(map(str, plan[key])) for key in ("node_check", "step"))
     assert "clustertrain.nodecheck probe" in check and "launch.sh" in launch
     return check, launch
 
 
 @pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "oci"])
 def test_only_the_launch_step_runs_in_the_container(runtime: str) -> None:
-    """The batch shell (signal trap, requeue) and the node check stay on the host."""
+    """The supervisor (signals, requeue) and the node check stay on the host."""
     check, launch = _srun_lines(_job(runtime))
     assert "container" not in check and "apptainer" not in check
     assert ("apptainer exec" in launch) == (runtime == "apptainer")
     assert ("--container-image=/images/torch" in launch) == (runtime == "pyxis")
     assert (f"--container={RUN_DIR}/container" in launch) == (runtime == "oci")
-    assert "scontrol requeue" in _job(runtime).batch_script
+    assert "\nexec python -m clustertrain.supervisor " in _job(runtime).batch_script
 
 
 def test_apptainer_asks_for_the_gpus_only_on_gpu_jobs() -> None:

@@ -7,6 +7,7 @@ and review the diff (`git diff tests/golden`) before committing it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -87,13 +88,13 @@ CASES = {
 }
 
 
-def _render(case: str) -> RenderedJob:
+def render_case(case: str) -> RenderedJob:
     return render(job_spec(**CASES[case]), RUN_DIR, WORKDIR)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_matches_golden_file(case: str) -> None:
-    text = _render(case).dry_run_text()
+    text = render_case(case).dry_run_text()
     golden = GOLDEN / f"{case}.txt"
     if os.environ.get("CLUSTERTRAIN_UPDATE_GOLDEN"):
         golden.write_text(text, encoding="utf-8")
@@ -106,7 +107,7 @@ def test_every_golden_file_has_a_case() -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_scripts_pass_bash_n_and_shellcheck(case: str, tmp_path: Path) -> None:
-    job = _render(case)
+    job = render_case(case)
     for name, text in (("job.sbatch", job.batch_script), ("launch.sh", job.launch_script)):
         path = tmp_path / name
         path.write_text(text)
@@ -130,7 +131,7 @@ def test_directives_are_sorted_and_quoted_for_sbatch() -> None:
 
 
 def test_torchrun_line_has_the_c10d_rendezvous_on_the_head_node() -> None:
-    argv = _render("4x8").launch_argv
+    argv = render_case("4x8").launch_argv
     assert argv[:4] == ("torchrun", "--nnodes=4", "--nproc_per_node=8", "--rdzv_backend=c10d")
     assert "--rdzv_endpoint=$HEAD_NODE:$RDZV_PORT" in argv
     assert "--rdzv_id=$SLURM_JOB_ID" in argv
@@ -160,10 +161,9 @@ def test_accelerate_takes_the_machine_rank_on_each_node_at_run_time() -> None:
 
 
 def test_srun_starts_one_launcher_per_node_and_kills_on_bad_exit() -> None:
-    script = _render("4x8").batch_script
-    srun = [line.strip() for line in script.splitlines() if line.strip().startswith("srun ")][-1]
-    assert "--kill-on-bad-exit=1" in srun and "--ntasks-per-node=1" in srun
-    assert srun.endswith(f"bash {RUN_DIR}/launch.sh &")
+    srun = json.loads(render_case("4x8").plan)["step"]  # what the supervisor runs
+    assert srun[0] == "srun" and "--kill-on-bad-exit=1" in srun and "--ntasks-per-node=1" in srun
+    assert srun[-2:] == ["bash", f"{RUN_DIR}/launch.sh"]
 
 
 def test_expand_refuses_anything_but_variable_references() -> None:
@@ -183,9 +183,9 @@ def test_render_refuses_paths_slurm_cannot_take() -> None:
 def test_a_lost_node_requeues_the_job_only_when_asked() -> None:
     default = render(job_spec(nodes=2), RUN_DIR, WORKDIR)
     assert "--no-requeue" in default.directives and "--requeue" not in default.directives
-    # Its own checkpoint requeue makes the job requeueable first, and a later attempt not again.
-    assert 'scontrol update JobId="$SLURM_JOB_ID" Requeue=1' in default.batch_script
-    assert 'scontrol update JobId="$SLURM_JOB_ID" Requeue=0' in default.batch_script
+    # Its own checkpoint requeue makes the job requeueable first, and a later attempt not again:
+    # the supervisor's part (tests/test_supervisor.py), told by the plan.
+    assert json.loads(default.plan)["requeue_on_node_failure"] is False
     asked = render(job_spec(nodes=2, requeue_on_node_failure=True), RUN_DIR, WORKDIR)
     assert "--requeue" in asked.directives and "--no-requeue" not in asked.directives
-    assert "Requeue=" not in asked.batch_script
+    assert json.loads(asked.plan)["requeue_on_node_failure"] is True

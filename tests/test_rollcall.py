@@ -104,39 +104,6 @@ def test_a_node_that_answers_the_roll_call_is_not_lost(
     assert not (tmp_path / "heartbeats" / protocol.LOST_FILE).exists()
 
 
-@pytest.mark.parametrize(
-    ("active", "spares", "lost", "printed"),
-    [
-        ("node1,node2", "node3,node4", "node2", "node1,node3 node4 node1,node3,node4"),
-        ("node1,node2", "node3", "node2", "node1,node3 - node1,node3"),
-        (
-            "node1,node2,node3",
-            "node4,node5",
-            "node2\nnode3",
-            "node1,node4,node5 - node1,node4,node5",
-        ),
-        # A spare lost as well is not used.
-        ("node1,node2", "node3,node4", "node2\nnode3", "node1,node4 - node1,node4"),
-        # Too few spares: "-", and the job keeps what answered.
-        ("node1,node2", "-", "node2", "- - node1"),
-        ("node1,node2,node3", "node4", "node2\nnode3", "- - node1,node4"),
-        # A spare that does not answer its own roll call is lost too.
-        ("node1,node3", "node2,node4", "node3", "node1,node4 - node1,node4"),
-    ],
-)
-def test_the_batch_scripts_arithmetic_after_a_loss(
-    slurm: Path, tmp_path: Path, active: str, spares: str, lost: str, printed: str
-) -> None:
-    (tmp_path / "lost").write_text(lost + "\n")
-    argv = [sys.executable, "-m", "clustertrain.rollcall", "replace", active, spares]
-    done = subprocess.run(
-        [*argv, str(tmp_path / "lost")], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert done.stdout == printed + "\n"
-    assert ("spare node2 is lost too (Task launch" in done.stderr) == ("node2" in spares)
-    assert ("spare(s) left" in done.stderr) == printed.startswith("-")
-
-
 def test_a_local_run_refuses_spare_nodes(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "clustertrain", "run", "--spare-nodes", "1", "--no-prepare"],

@@ -63,8 +63,9 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "scontrol": "#!/bin/bash\necho node1\n",
         # Like srun, drop its own options and run the command on "the node".
         "srun": '#!/bin/bash\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec "$@"\n',
-        # The node check's Python: it reads no user value, so a stand-in that succeeds will do.
-        "python": "#!/bin/sh\nexit 0\n",
+        # The batch script's supervisor runs for real (the node check, which reads no user
+        # value, is off: it needs the nodes).
+        "python": f'#!/bin/sh\nexec {sys.executable} "$@"\n',
         "torchrun": STUB_RECORDER.format(python=sys.executable),
         "accelerate": STUB_RECORDER.format(python=sys.executable),
     }
@@ -76,10 +77,13 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run_job(spec_kwargs: dict[str, object], sandbox: Path, stubs: Path) -> dict[str, object]:
-    job = render(job_spec(**spec_kwargs), str(sandbox / "run"), str(sandbox))
+    job = render(
+        job_spec(**{"node_check": False, **spec_kwargs}), str(sandbox / "run"), str(sandbox)
+    )
     (sandbox / "run").mkdir()
     Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
     Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
+    Path(job.plan_path).write_text(job.plan, encoding="utf-8")
     record = sandbox / "record.json"
     env = {
         "PATH": f"{stubs}:/usr/bin:/bin",

@@ -68,16 +68,16 @@ def test_the_array_script_gives_each_task_its_folder_and_arguments(tmp_path: Pat
     job = render(spec, "/runs/s", "/w")
     assert "--array=0-1%1" in job.directives
     assert "--output=/runs/s/tasks/%a/logs/slurm-%A_%a.out" in job.directives
-    # The case block run by bash as Slurm would: task 1 gets its own words, nothing runs.
-    block = re.search(r"^TASK_DIR=.*?^esac$", job.batch_script, re.DOTALL | re.MULTILINE)
-    assert block is not None
+    # The task's folder, as bash sets it for Slurm's task 1; its words are the plan's, data that
+    # the supervisor hands srun as they are (tests/test_supervisor.py).
+    line = re.search(r"^export TASK_DIR=.*$", job.batch_script, re.MULTILINE)
+    assert line is not None
     shown = subprocess.run(
-        ["bash", "-c", f'SLURM_ARRAY_TASK_ID=1\n{block[0]}\nprintf "%s\\n" "$TASK_DIR" '
-         '"${TASK_ARGS[@]}"'],
+        ["bash", "-c", f'SLURM_ARRAY_TASK_ID=1\n{line[0]}\nprintf "%s\\n" "$TASK_DIR"'],
         capture_output=True, text=True, check=True, cwd=tmp_path,
     )  # fmt: skip
-    assert shown.stdout.splitlines() == ["/runs/s/tasks/1", "--lr", "0.2", "--note", HOSTILE]
-    assert not Path("/tmp/pwned").exists()
+    assert shown.stdout.splitlines() == ["/runs/s/tasks/1"]
+    assert json.loads(job.plan)["tasks"]["1"] == ["--lr", "0.2", "--note", HOSTILE]
     assert 'export CLUSTERTRAIN_OUT_DIR="$TASK_DIR/out"' in job.batch_script
     assert job.launch_script.rstrip().endswith('"$@"')
     assert "task 1: lr=0.2 note=" in job.dry_run_text()

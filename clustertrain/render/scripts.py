@@ -6,6 +6,7 @@ object to the run folder and hands its batch script to sbatch, so the two cannot
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -20,7 +21,7 @@ from clustertrain.render.templates import render_template
 from clustertrain.spec import JobSpec, sbatch, sweep
 from clustertrain.version import __version__
 
-BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
+BATCH_SCRIPT, LAUNCH_SCRIPT, PLAN_FILE = "job.sbatch", "launch.sh", "plan.json"
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class RenderedJob:
     launch_argv: tuple[str, ...]
     batch_script: str
     launch_script: str
+    # What the batch script's supervisor runs and decides (clustertrain.supervisor), as JSON.
+    plan: str
     # An OCI job's bundle configuration (clustertrain.container.oci_config), else None.
     container_config: str | None = None
 
@@ -45,11 +48,17 @@ class RenderedJob:
     def launch_path(self) -> str:
         return str(PurePosixPath(self.run_dir, LAUNCH_SCRIPT))
 
+    @property
+    def plan_path(self) -> str:
+        return str(PurePosixPath(self.run_dir, PLAN_FILE))
+
     def dry_run_text(self) -> str:
         """What ``submit --dry-run`` prints: both files, each under a line naming its path."""
         text = prepare_text(self.spec, self.workdir) + (
             f"#### {self.batch_path} (handed to sbatch)\n{self.batch_script}"
             f"#### {self.launch_path} (run by srun on every node)\n{self.launch_script}"
+            f"#### {self.plan_path} (what the batch script's supervisor runs and decides)\n"
+            f"{self.plan}"
         )
         if self.container_config is not None:
             text += (
@@ -111,6 +120,7 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
         launch_argv=launch_argv,
         batch_script=render_template("sbatch.sh.j2", **context),
         launch_script=render_template("launch.sh.j2", **context),
+        plan=_plan(spec, run_dir, workdir),
         container_config=container.oci_config(spec, run_dir, workdir),
     )
 
@@ -124,50 +134,68 @@ def _context(
     """What the templates are given besides the directives; every shell value pre-quoted.
 
     A sweep's task works in ``$TASK_DIR`` (``tasks/K`` of the run folder) and passes its own
-    arguments (``$TASK_ARGS``) to the launch script, which appends them to the launcher's."""
+    arguments (the plan's ``tasks``) to the launch script, which appends them to the
+    launcher's."""
     folder = Expand("$TASK_DIR") if spec.sweep else run_dir
-    tasks = [
-        (k, " ".join(shlex.quote(w) for w in sweep.task_args(params)))
-        for k, params in enumerate(sweep.tasks(spec.sweep))
-    ]
     lines = _argv_lines(launch_argv) + (['"$@"'] if spec.sweep else [])
-    node_check_dir = Expand(f"$LOG_DIR/{protocol.NODE_CHECK_DIR}")
     return {
         "version": __version__,
         "spec": spec,
         "batch_path": str(PurePosixPath(run_dir, BATCH_SCRIPT)),
         "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
+        "plan_path": str(PurePosixPath(run_dir, PLAN_FILE)),
         "tasks_dir": shlex.quote(str(PurePosixPath(run_dir, sweep.TASKS_DIR))),
-        "sweep_tasks": tasks,
-        "logs_dir": shell_word(
-            Expand(f"{folder}/{protocol.LOGS_DIR}")
-            if spec.sweep
-            else str(PurePosixPath(run_dir, protocol.LOGS_DIR))
-        ),
         "rank_env": [(k, shell_word(v)) for k, v in rank_environment(spec, folder)],
         "offline_env": OFFLINE_ENV if spec.offline else (),
         "protocol": protocol,
-        "srun": _step(
-            srun_argv(
-                spec,
-                *container.command_prefix(spec, run_dir, workdir),
-                "bash",
-                str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
-                options=container.srun_options(spec, run_dir, workdir),
-            )
-        ),
-        "node_check_dir": node_check_dir,
-        "node_check": _step(srun_argv(spec, *_NODECHECK, "probe", node_check_dir))
-        if spec.node_check
-        else "",
+        "node_check_dir": _NODE_CHECK_DIR,
         "container_env": [(k, shlex.quote(v)) for k, v in spec.container_env],
         "launch_lines": lines,
     }
 
 
-def _step(argv: tuple[str, ...]) -> str:
-    """An srun line of the batch script, each word quoted unless marked for expansion."""
-    return " ".join(shell_word(w) for w in argv)
+_NODE_CHECK_DIR = Expand(f"$LOG_DIR/{protocol.NODE_CHECK_DIR}")
+
+
+def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
+    """What the supervisor runs (the step and the node check, srun's words with the few it
+    expands marked) and the fault-tolerance fields it decides by (clustertrain.supervisor)."""
+    logs = PurePosixPath(run_dir, protocol.LOGS_DIR)
+    step = srun_argv(
+        spec,
+        *container.command_prefix(spec, run_dir, workdir),
+        "bash",
+        str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
+        options=container.srun_options(spec, run_dir, workdir),
+    )
+    check = srun_argv(spec, *_NODECHECK, "probe", _NODE_CHECK_DIR) if spec.node_check else None
+    tasks = {
+        str(k): list(sweep.task_args(params)) for k, params in enumerate(sweep.tasks(spec.sweep))
+    }
+    plan = {
+        "step": _plan_words(step),
+        "node_check": None if check is None else _plan_words(check),
+        "logs_dir": _plan_words((Expand(f"$TASK_DIR/{protocol.LOGS_DIR}"),))[0]
+        if spec.sweep
+        else str(logs),
+        "nodes": spec.nodes,
+        "spare_nodes": spec.spare_nodes,
+        "hang_timeout_s": spec.hang_timeout_s,
+        "hang_on_quiet": spec.hang_on_quiet,
+        "max_restarts": spec.max_restarts,
+        "max_requeues": spec.max_requeues,
+        "requeue_on_node_failure": spec.requeue_on_node_failure,
+        "tasks": tasks or None,
+    }
+    # A key a line, each value on its line: a person reads it, and a diff shows what changed.
+    return (
+        "{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in plan.items()) + "\n}\n"
+    )
+
+
+def _plan_words(argv: tuple[str, ...]) -> list[str | dict[str, str]]:
+    """A command for the plan: a word the supervisor expands is ``{"expand": "$VAR..."}``."""
+    return [{"expand": str(w)} if isinstance(w, Expand) else w for w in argv]
 
 
 def _argv_lines(argv: tuple[str, ...]) -> list[str]:

@@ -158,6 +158,7 @@ def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Pa
         )
         Path(job.batch_path).write_text(job.batch_script, encoding="utf-8")
         Path(job.launch_path).write_text(job.launch_script, encoding="utf-8")
+        Path(job.plan_path).write_text(job.plan, encoding="utf-8")
         if job.spec.prepare and prepare_log is not None:
             with open(path / PREPARE_LOG, "wb") as kept:
                 shutil.copyfileobj(prepare_log, kept)
@@ -190,9 +191,9 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
     tmp = run.path / f".{RECORD}.tmp"
     tmp.write_text(json.dumps(fields, indent=1) + "\n", encoding="utf-8")
     tmp.replace(run.path / RECORD)
-    events.append(run.events_path, "queued")
+    events.append(run.events_path, events.QUEUED)
     for task in tasks(run):
-        events.append(task.events_path, "queued")
+        events.append(task.events_path, events.QUEUED)
     return run
 
 

@@ -27,13 +27,13 @@ LOSS = "loss"
 # Events drawn as marks on their attempt's lane: a hang where it was declared, a restart of the
 # step inside the allocation where it began.
 MARKS = {
-    "checkpoint": "kv",
-    "signal": "r*",
-    "requeued": "b^",
-    "node_check": "k|",
-    "hang": "mX",
-    "node_lost": "rX",
-    "restarted": "m>",
+    events.CHECKPOINT: "kv",
+    events.SIGNAL: "r*",
+    events.REQUEUED: "b^",
+    events.NODE_CHECK: "k|",
+    events.HANG: "mX",
+    events.NODE_LOST: "rX",
+    events.RESTARTED: "m>",
 }
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {

@@ -13,9 +13,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from clustertrain import events
 from clustertrain.events import MILESTONES, Event
 
-PROGRESS = ("step", "metrics", "epoch", "checkpoint", "stop")
+PROGRESS = ("step", "metrics", "epoch", events.CHECKPOINT, "stop")
 # Start-up ends at the script's last milestone or its first progress, whichever comes first.
 READY = MILESTONES[-1]
 # Where a metric's values are read from: the first of these kinds of event that carries it, so
@@ -51,9 +52,9 @@ class Attempt:
     def how(self) -> str:
         """How it ended: ``requeued``, ``ended`` (with the status), or ``killed`` (no word)."""
         last = self.events[-1]
-        if last.name == "ended":
+        if last.name == events.ENDED:
             return f"ended {last.values.get('status', '?')}"
-        return "requeued" if last.name == "requeued" else "killed"
+        return "requeued" if last.name == events.REQUEUED else "killed"
 
     @property
     def clean(self) -> bool:
@@ -65,7 +66,7 @@ class Attempt:
     def segments(self) -> list[tuple[Event, ...]]:
         """The attempt's runs of its step: a hung step started again inside the allocation
         (``restarted``) begins a new one."""
-        cuts = [i for i, e in enumerate(self.events) if e.name == "restarted" and i > 0]
+        cuts = [i for i, e in enumerate(self.events) if e.name == events.RESTARTED and i > 0]
         bounds = [0, *cuts, len(self.events)]
         return [self.events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
@@ -75,19 +76,19 @@ class Attempt:
         checkpoint."""
         runs = self.segments()
         phases = []
-        for index, events in enumerate(runs):
+        for index, segment in enumerate(runs):
             last = index == len(runs) - 1
             end = self.end if last else runs[index + 1][0].time
-            phases += _phases(events, end, clean=last and self.clean)
+            phases += _phases(segment, end, clean=last and self.clean)
         return [p for p in phases if p.seconds > 0]
 
 
-def _phases(events: tuple[Event, ...], end: float, clean: bool) -> list[Phase]:
-    ready = next((e.time for e in events if e.name in PROGRESS or e.name == READY), end)
-    saved = [e.time for e in events if e.name == "checkpoint"]
+def _phases(found: tuple[Event, ...], end: float, clean: bool) -> list[Phase]:
+    ready = next((e.time for e in found if e.name in PROGRESS or e.name == READY), end)
+    saved = [e.time for e in found if e.name == events.CHECKPOINT]
     # A run that did not end cleanly keeps only what its last checkpoint holds.
     useful_end = end if clean else max(saved[-1] if saved else ready, ready)
-    phases = [Phase("start-up", events[0].time, ready), Phase("training", ready, useful_end)]
+    phases = [Phase("start-up", found[0].time, ready), Phase("training", ready, useful_end)]
     return phases + ([Phase("lost", useful_end, end)] if useful_end < end else [])
 
 
@@ -113,39 +114,39 @@ def restarts(runs: list[Attempt]) -> list[Restart]:
     """Every in-allocation restart of every attempt, in order."""
     found = []
     for attempt in runs:
-        for events in attempt.segments()[1:]:
-            before = [e for e in attempt.events if e.time <= events[0].time]
+        for segment in attempt.segments()[1:]:
+            before = [e for e in attempt.events if e.time <= segment[0].time]
             # The watchdog's event, which says how long before it the step stopped.
             cause = next((e for e in reversed(before) if e.name in _FAULTS), None)
-            fault = cause.time - cause.values.get("seconds", 0.0) if cause else events[0].time
-            again = next((e.time for e in events if e.name in PROGRESS), None)
-            found.append(Restart(attempt.number, _why(cause, events[0]), fault, again))
+            fault = cause.time - cause.values.get("seconds", 0.0) if cause else segment[0].time
+            again = next((e.time for e in segment if e.name in PROGRESS), None)
+            found.append(Restart(attempt.number, _why(cause, segment[0]), fault, again))
     return found
 
 
-_FAULTS = ("hang", "node_lost")
+_FAULTS = (events.HANG, events.NODE_LOST)
 
 
 def _why(cause: Event | None, restarted: Event) -> str:
-    if cause is not None and cause.name == "node_lost":
+    if cause is not None and cause.name == events.NODE_LOST:
         return f"{cause.values.get('nodes', 'a node')} lost"
     return f"a {restarted.values.get('why', 'failure')}"
 
 
-def attempts(events: list[Event]) -> list[Attempt]:
+def attempts(found: list[Event]) -> list[Attempt]:
     """The job's attempts in order, each from its first event (``started`` under Slurm; a
     local run has the ranks' events only)."""
-    found: dict[int, list[Event]] = {}
-    for event in sorted(events, key=lambda e: e.time):
-        if event.name != "queued":
-            found.setdefault(event.attempt, []).append(event)
-    return [Attempt(k, tuple(found[k])) for k in sorted(found)]
+    by_attempt: dict[int, list[Event]] = {}
+    for event in sorted(found, key=lambda e: e.time):
+        if event.name != events.QUEUED:
+            by_attempt.setdefault(event.attempt, []).append(event)
+    return [Attempt(k, tuple(by_attempt[k])) for k in sorted(by_attempt)]
 
 
-def waits(events: list[Event], runs: list[Attempt]) -> list[tuple[int, Phase]]:
+def waits(found: list[Event], runs: list[Attempt]) -> list[tuple[int, Phase]]:
     """Time in the queue before each attempt (from ``queued``, then from the last attempt's
     end), with the number of the attempt it precedes."""
-    queued = next((e.time for e in events if e.name == "queued"), None)
+    queued = next((e.time for e in found if e.name == events.QUEUED), None)
     ends = [queued] + [a.end for a in runs[:-1]]
     return [
         (attempt.number, Phase("queued", end, attempt.start))

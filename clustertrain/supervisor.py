@@ -1,0 +1,362 @@
+"""The job's supervisor: what the batch script hands over to, on the allocation's first node.
+
+    python -m clustertrain.supervisor RUN_DIR/plan.json
+
+The batch script sets the job's environment and ``exec``s this, so Slurm's warning before the
+time limit (``--signal=B:USR2``) reaches it. It runs the node check, then the step (one launch
+script per node through srun) with its watchdog beside it (:mod:`clustertrain.watchdog`), and
+after each run of the step asks :func:`clustertrain.policy.decide` what comes next: the step
+again on the same nodes or on a spare, a requeue, or the end with a named exit status
+(:class:`clustertrain.policy.Exit`). It writes the batch side's events (``started``,
+``node_check``, ``signal``, ``restarted``, ``requeued``, ``ended``).
+
+Every call to Slurm or a process goes through :class:`Commands`, which the tests replace
+(tests/test_supervisor.py): each path the policy takes runs there without Slurm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import IO, Any, NoReturn
+
+from clustertrain import events, nodecheck, policy, protocol, rollcall
+from clustertrain.files import RunFolderError, read_regular
+
+PLAN_FILE = "plan.json"
+_MAX_PLAN_BYTES = 1 << 20
+
+
+class PlanError(ValueError):
+    """A plan file that is not what the renderer writes."""
+
+
+# A word of a command: text as is, or {"expand": "$VAR..."}: the variables this supervisor and
+# the batch script set (HEAD_NODE, LOG_DIR, CLUSTERTRAIN_NODES, TASK_DIR), expanded here.
+Word = str | dict[str, str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the renderer decided for this job (clustertrain.render writes it beside the batch
+    script, the dry run shows it)."""
+
+    step: tuple[Word, ...]
+    node_check: tuple[Word, ...] | None
+    logs_dir: Word
+    nodes: int
+    spare_nodes: int
+    hang_timeout_s: int
+    hang_on_quiet: bool
+    policy: policy.Policy
+    tasks: dict[str, tuple[str, ...]] | None  # a sweep's array tasks: their arguments
+
+    @classmethod
+    def read(cls, path: Path) -> Plan:
+        try:
+            data = read_regular(path, _MAX_PLAN_BYTES)
+        except RunFolderError as exc:
+            raise PlanError(str(exc)) from None
+        try:
+            return cls.from_dict(json.loads(data.decode("utf-8")))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise PlanError(f"{path}: not a clustertrain plan ({exc})") from None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Plan:
+        tasks = raw["tasks"]
+        return cls(
+            step=_words(raw["step"]),
+            node_check=None if raw["node_check"] is None else _words(raw["node_check"]),
+            logs_dir=_words([raw["logs_dir"]])[0],
+            nodes=_count(raw["nodes"]),
+            spare_nodes=_count(raw["spare_nodes"], low=0),
+            hang_timeout_s=_count(raw["hang_timeout_s"]),
+            hang_on_quiet=_flag(raw["hang_on_quiet"]),
+            policy=policy.Policy(
+                _count(raw["max_restarts"], low=0),
+                _count(raw["max_requeues"], low=0),
+                _flag(raw["requeue_on_node_failure"]),
+            ),
+            tasks=None
+            if tasks is None
+            else {str(_count(int(k), low=0)): _texts(v) for k, v in dict(tasks).items()},
+        )
+
+
+def _words(raw: Any) -> tuple[Word, ...]:
+    if not isinstance(raw, list):
+        raise TypeError("a command is a list")
+    for word in raw:
+        if not (isinstance(word, str) or (isinstance(word, dict) and list(word) == ["expand"])):
+            raise TypeError(f"not a word: {str(word)[:60]}")
+    return tuple(raw)
+
+
+def _texts(raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(w, str) for w in raw):
+        raise TypeError("arguments are a list of strings")
+    return tuple(raw)
+
+
+def _count(raw: Any, low: int = 1) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw < 1_000_000_000:
+        raise TypeError(f"not a count: {str(raw)[:20]}")
+    return raw
+
+
+def _flag(raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise TypeError(f"not true or false: {str(raw)[:20]}")
+    return raw
+
+
+class Commands:
+    """Slurm and the processes the supervisor starts, each with the job's environment
+    (``env``: what the batch script exported, and the supervisor's own). Tests replace it."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        argv = ["scontrol", "show", "hostnames", nodelist]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, env=self.env)
+        return done.stdout.split()
+
+    def start(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(argv), env=self.env)
+
+    def run(self, argv: Sequence[str], cwd: str | None = None, quiet: bool = False) -> int:
+        out = subprocess.DEVNULL if quiet else None
+        done = subprocess.run(list(argv), cwd=cwd, stdout=out, check=False, env=self.env)
+        return done.returncode
+
+    def roll_call(self, nodes: list[str]) -> dict[str, str]:
+        return rollcall.call(nodes)
+
+    def requeue(self, job_id: str) -> NoReturn:
+        # exec, as the batch script did: nothing of this job may run after Slurm requeues it.
+        os.execvpe("scontrol", ["scontrol", "requeue", job_id], self.env)
+
+
+class Supervisor:
+    """One attempt of a job: from its start in the allocation to its end or its requeue."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        environ: dict[str, str],
+        commands: Commands,
+        out: IO[str] | None = None,
+        err: IO[str] | None = None,
+    ) -> None:
+        self.plan, self.env, self.commands = plan, environ, commands
+        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.requeued = False
+        self.job_id = environ["SLURM_JOB_ID"]
+        self.state = policy.State(attempt=int(environ.get("SLURM_RESTART_COUNT") or 0))
+        self.events_path = Path(environ[protocol.ENV_EVENTS_FILE])
+        self.requeue_file = Path(environ[protocol.ENV_REQUEUE_FILE])
+
+    def say(self, text: str, error: bool = False) -> None:
+        print(f"clustertrain: {text}", file=self.err if error else self.out, flush=True)
+
+    def event(self, name: str, **values: str) -> None:
+        events.append(self.events_path, name, self.state.attempt, **values)
+
+    def run(self) -> int:
+        """The attempt; returns the job's exit status (a requeue does not return)."""
+        task_args = self._task_args()
+        if task_args is None:
+            return policy.Exit.UNKNOWN_TASK
+        self.event(events.STARTED, nodes=self.env["SLURM_JOB_NODELIST"])
+        status = 1
+        try:
+            self._place()
+            status = self._node_check()
+            if status == 0:
+                status = self._steps(task_args)
+        except SystemExit as stop:  # SIGTERM (a cancel, the time limit) and the end
+            status = stop.code if isinstance(stop.code, int) else 1
+            raise
+        finally:
+            if not self.requeued:  # a requeued attempt has not ended: it is in the queue again
+                self.event(events.ENDED, status=str(status))
+        return status
+
+    def _task_args(self) -> tuple[str, ...] | None:
+        if self.plan.tasks is None:
+            return ()
+        task = self.env.get("SLURM_ARRAY_TASK_ID", "")
+        if task not in self.plan.tasks:
+            self.say(f"array task {task} is not one of the sweep's", error=True)
+            return None
+        return self.plan.tasks[task]
+
+    def _place(self) -> None:
+        """The head node, the rendezvous port, the attempt's log folder and, with spares, the
+        nodes the step trains on: exported for the launch script and the watchdog."""
+        allocated = self.commands.hostnames(self.env["SLURM_JOB_NODELIST"])
+        env = self.env
+        env["HEAD_NODE"] = allocated[0]
+        env["RDZV_PORT"] = str(protocol.rendezvous_port(int(self.job_id)))
+        env["LOG_DIR"] = f"{self.expand(self.plan.logs_dir)}/{protocol.ATTEMPT_DIR}"
+        env["LOG_DIR"] += str(self.state.attempt)
+        env[protocol.ENV_HEARTBEAT_DIR] = f"{env['LOG_DIR']}/{protocol.HEARTBEAT_DIR}"
+        if self.plan.spare_nodes:
+            self.state.active = allocated[: self.plan.nodes]
+            self.state.spares = allocated[self.plan.nodes :]
+            env[protocol.ENV_ACTIVE_NODES] = ",".join(self.state.active)
+        Path(env["LOG_DIR"]).mkdir(parents=True, exist_ok=True)
+        self.requeue_file.unlink(missing_ok=True)
+        if not self.plan.policy.requeue_on_node_failure and self.state.attempt > 0:
+            # Submitted --no-requeue so that a lost node ends the job (NODE_FAIL); the
+            # checkpoint requeue made it requeueable for that once: not so again.
+            self.commands.run(self._update("Requeue=0"), quiet=True)
+        self.say(
+            f"job {self.job_id} attempt {self.state.attempt} on {env['SLURM_JOB_NODELIST']}, "
+            f"rendezvous {env['HEAD_NODE']}:{env['RDZV_PORT']}"
+        )
+
+    def _update(self, *settings: str) -> list[str]:
+        return ["scontrol", "update", f"JobId={self.job_id}", *settings]
+
+    def expand(self, word: Word) -> str:
+        """A word of the plan: text as is; ``{"expand": ...}`` with this job's variables."""
+        if isinstance(word, str):
+            return word
+        return Template(word["expand"]).substitute(self.env)
+
+    def _node_check(self) -> int:
+        """Every node checks that it resolves the head node like the others and that the
+        rendezvous port is free: a mistake there would otherwise hang the rendezvous."""
+        if self.plan.node_check is None:
+            return 0
+        started = time.time()
+        status = self.commands.run([self.expand(w) for w in self.plan.node_check])
+        if status != 0:
+            return status
+        folder = f"{self.env['LOG_DIR']}/{protocol.NODE_CHECK_DIR}"
+        status = nodecheck.main(["verdict", folder, str(self.plan.nodes), str(started)])
+        if status == 0:
+            self.event(events.NODE_CHECK)
+        return status
+
+    def _steps(self, task_args: tuple[str, ...]) -> int:
+        """The step, again after each restart or replacement, until the policy ends the job or
+        requeues it."""
+        while True:
+            outcome = self._step(task_args)
+            if outcome.lost:
+                outcome = self._let_go(outcome)
+            decision = policy.decide(
+                outcome, self.state, self.plan.policy, self.env[protocol.ENV_OUT_DIR]
+            )
+            if isinstance(decision, policy.End):
+                if decision.message:
+                    self.say(decision.message, error=True)
+                return decision.status
+            self.say(decision.message)
+            if isinstance(decision, policy.Requeue):
+                self._requeue(decision)
+            elif isinstance(decision, policy.Replace):
+                self.env[protocol.ENV_ACTIVE_NODES] = ",".join(decision.nodes)
+                self.event(events.RESTARTED, why=events.NODE_LOST)
+            else:
+                self._keep_heartbeats(decision.keep)
+                self.event(events.RESTARTED, why=decision.why)
+
+    def _step(self, task_args: tuple[str, ...]) -> policy.Outcome:
+        """One run of the step, its watchdog beside it; what it left."""
+        beats = Path(self.env[protocol.ENV_HEARTBEAT_DIR])
+        srun = self.commands.start([*(self.expand(w) for w in self.plan.step), *task_args])
+        mode = "quiet" if self.plan.hang_on_quiet else "beats"
+        watchdog = self.commands.start(
+            [sys.executable, "-m", "clustertrain.watchdog", str(beats),
+             str(self.plan.hang_timeout_s), str(srun.pid), mode]
+        )  # fmt: skip
+        status = srun.wait()  # a signal's handler runs, and the wait goes on (PEP 475)
+        watchdog.terminate()
+        watchdog.wait()
+        hang, lost = beats / protocol.HANG_FILE, beats / protocol.LOST_FILE
+        return policy.Outcome(
+            status=status,
+            hang=_text(hang).strip() if hang.exists() else None,
+            lost=tuple(_text(lost).split()) if self.plan.spare_nodes and lost.exists() else (),
+            requeue_asked=self.requeue_file.exists(),
+        )
+
+    def _let_go(self, outcome: policy.Outcome) -> policy.Outcome:
+        """After a node was lost: its heartbeats kept aside, the spares asked whether they are
+        there still (they ran nothing since the start), and Slurm told to let go of the lost
+        ones (a job holding one stays COMPLETING after its end until Slurm declares it down)."""
+        beats = self.env[protocol.ENV_HEARTBEAT_DIR]
+        os.replace(beats, f"{beats}-lost-{self.state.node_restarts + 1}")
+        lost = list(outcome.lost)
+        for node, why in self.commands.roll_call(self.state.spares).items():
+            self.say(f"spare {node} is lost too ({why})", error=True)
+            lost.append(node)
+        kept = [n for n in self.state.active + self.state.spares if n not in lost]
+        # scontrol writes its slurm_job_*_resize.sh files in its working directory.
+        self.commands.run(self._update(f"NodeList={','.join(kept)}"), self.env["LOG_DIR"], True)
+        return policy.Outcome(outcome.status, outcome.hang, tuple(lost), outcome.requeue_asked)
+
+    def _keep_heartbeats(self, suffix: str) -> None:
+        """A restarted step's heartbeats and stacks stay in ``heartbeats-<suffix>``."""
+        beats = self.env[protocol.ENV_HEARTBEAT_DIR]
+        with contextlib.suppress(OSError):  # the step never got as far as its first heartbeat
+            os.replace(beats, f"{beats}-{suffix}")
+
+    def _requeue(self, decision: policy.Requeue) -> NoReturn:
+        self.requeue_file.unlink(missing_ok=True)
+        if decision.make_requeueable:
+            self.commands.run(self._update("Requeue=1"))
+        self.event(events.REQUEUED, **({"why": decision.why} if decision.why else {}))
+        self.requeued = True
+        self.commands.requeue(self.job_id)
+
+    def warned(self, signum: int, frame: Any) -> None:
+        """Slurm warns this process only (--signal=B:USR2) before the time limit: pass the
+        warning on to every rank (scancel signals the job's steps). A rank that handles it
+        checkpoints, asks for a requeue and exits; a user's `scancel --signal=USR2 JOB` reaches
+        the ranks directly and ends the same way."""
+        self.event(events.SIGNAL, why=protocol.STOP_SIGNAL)
+        self.say("warning signal: asking every rank to checkpoint and stop")
+        self.commands.run(["scancel", f"--signal={protocol.STOP_SIGNAL}", self.job_id])
+
+
+def _text(path: Path) -> str:
+    return read_regular(path, 64 << 10).decode("utf-8", "replace")
+
+
+def _ended(signum: int, frame: Any) -> NoReturn:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m clustertrain.supervisor PLAN", file=sys.stderr)
+        return 2
+    try:
+        plan = Plan.read(Path(argv[0]))
+    except (PlanError, OSError) as exc:
+        print(f"clustertrain: {exc}", file=sys.stderr)
+        return 1
+    env = dict(os.environ)
+    supervisor = Supervisor(plan, env, Commands(env))
+    signal.signal(getattr(signal, f"SIG{protocol.STOP_SIGNAL}"), supervisor.warned)
+    signal.signal(signal.SIGTERM, _ended)
+    return supervisor.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
