@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clustertrain import runs
+from clustertrain import backends, runs
 from clustertrain.errors import FieldError
 from clustertrain.render import RenderedJob, render
 from clustertrain.spec import build_spec, jobfile
@@ -118,9 +118,7 @@ def submit(
         )  # fmt: skip
     if dry_run:
         return job
-    from clustertrain.backends.slurm import SlurmBackend  # lazy: start-up time
-
-    return Job.start(job, SlurmBackend(slurm()), preflight)
+    return Job.start(job, backends.named("slurm"), preflight)
 
 
 def _submit_words(
@@ -173,26 +171,22 @@ def run_local(
 
 
 def slurm() -> Slurm:
-    """Slurm's commands, pointed at the local cluster's configuration while it is up and
-    nothing else names one (``SLURM_CONF``, ``/etc/slurm/slurm.conf``)."""
+    """Slurm's commands, with this environment's configuration (``SLURM_CONF``, else Slurm's
+    own default). The local test cluster is no default: ``clustertrain cluster up`` prints the
+    ``export SLURM_CONF=...`` that points at it."""
     from clustertrain.backends.slurm import Slurm  # lazy: start-up time
-    from clustertrain.cluster.layout import conf_path, default_state_dir  # lazy: start-up time
 
-    local = conf_path(default_state_dir())
-    named = "SLURM_CONF" in os.environ or Path("/etc/slurm/slurm.conf").exists()
-    return Slurm(conf=local if not named and local.is_file() else None)
+    return Slurm()
 
 
 def backend_for(run: runs.Run) -> Backend:
-    """The backend that answers for ``run``: the login node's for a run submitted with a host,
-    else the one whose ids look like its job id."""
+    """The backend that answers for ``run``: the login node's for a run submitted with a host
+    (its remote.json), else the one its job.json records."""
     from clustertrain.backends import remote  # lazy: start-up time
-    from clustertrain.backends.local import LocalBackend  # lazy: start-up time
-    from clustertrain.backends.slurm import SlurmBackend  # lazy: start-up time
 
     if far := remote.of(run):
         return remote.RemoteBackend(far)
-    return LocalBackend() if LocalBackend.owns(run.job_id) else SlurmBackend(slurm())
+    return backends.named(run.backend)
 
 
 class Job:

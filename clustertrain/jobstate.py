@@ -16,6 +16,9 @@ JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?")
 
 
 LOCAL_ID = re.compile(r"local-[0-9]{1,10}")
+# Each backend's ids, by the name a run folder records (job.json's "backend"): a run's id is
+# checked against its own backend's, never used to tell which backend owns it.
+JOB_IDS = {"slurm": JOB_ID, "local": LOCAL_ID}
 # A state as squeue and sacct print it (CANCELLED+, OUT_OF_MEMORY), never more.
 STATE = re.compile(r"[A-Z_]{1,32}\+?")
 _TEXT_MAX = 1024

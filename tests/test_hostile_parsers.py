@@ -351,7 +351,7 @@ def controller_down(tmp_path: Path) -> dict[str, str]:
     root = tmp_path / "runs"
     job = render(job_spec(nodes=2), str(runs.new_run_dir(root, "mnist")), "/w")
     runs.write_run_files(job)
-    runs.record_submission(job, "1")
+    runs.record_submission(job, "1", "slurm")
     return {"SLURM_CONF": str(down), "CLUSTERTRAIN_RUNS_DIR": str(root)}
 
 
@@ -380,7 +380,8 @@ def _held_job(tmp_path: Path, *flags: str) -> dict[str, str]:
     env = {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
     done = run_cli("submit", "--dry-run", "--nodes", "2", *flags, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
-    script = done.stdout.split("\n", 1)[1].split("#### ", 1)[0]
+    # The section under "#### .../job.sbatch (handed to sbatch)", up to the next file's.
+    script = done.stdout.split(" (handed to sbatch)\n", 1)[1].split("#### ", 1)[0]
     batch = tmp_path / "job.sbatch"
     batch.write_text(script)
     submitted = subprocess.run(

@@ -149,7 +149,7 @@ def test_a_run_folders_remote_record_that_could_act_is_refused_before_ssh(
     root = tmp_path / "runs"
     job = render(job_spec(name="mnist", nodes=2), str(runs.new_run_dir(root, "mnist")), "/w")
     runs.write_run_files(job)
-    run = runs.record_submission(job, "42")
+    run = runs.record_submission(job, "42", "slurm")
     (run.path / protocol.REMOTE_FILE).write_text(json.dumps(record))
     fake, mark = _fake_ssh(tmp_path)
     for command in ("status", "cancel", "logs"):

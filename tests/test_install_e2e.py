@@ -73,6 +73,7 @@ def test_the_headline_command_from_an_empty_folder_completes(
         "HOME": os.environ.get("HOME", "/root"),
         "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
         "CLUSTERTRAIN_DATA_DIR": str(data_dir),
+        "SLURM_CONF": os.environ["SLURM_CONF"],  # as `cluster up` told the user to export
     }
     dry = _run(installed, "submit", "--nodes", "2", "--gpus-per-node", "1", "--dry-run",
                cwd=empty, env=env)  # fmt: skip
@@ -96,6 +97,7 @@ def test_a_module_the_job_cannot_import_is_refused_before_queueing(
     tmp_path: Path,
 ) -> None:
     env = {"PATH": f"{installed}:/usr/bin:/bin", "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs")}
+    env["SLURM_CONF"] = os.environ["SLURM_CONF"]
     words = ["--module", "nosuch.mod", "--nodes", "2", "--cpus-per-task", "2"]
     done = _run(installed, "submit", *words, cwd=tmp_path, env=env)
     assert done.returncode == 2, done.stdout + done.stderr

@@ -19,7 +19,7 @@ from tests.conftest import job_spec
 def _make_run(root: Path, job_id: str, name: str = "mnist") -> runs.Run:
     job = render(job_spec(name=name, nodes=2), str(runs.new_run_dir(root, name)), "/w")
     runs.write_run_files(job)
-    return runs.record_submission(job, job_id)
+    return runs.record_submission(job, job_id, "slurm")
 
 
 def test_find_by_id_last_and_folder(tmp_path: Path) -> None:
@@ -290,3 +290,28 @@ def test_lost_nodes_are_read_back_from_the_batch_log(tmp_path: Path) -> None:
         "srun: error: Node failure on node2\nsrun: error: Node failure on node4\x1b[2J\n"
     )
     assert logs.lost_nodes(run) == ["node2", "node4\\x1b[2J"]
+
+
+def test_a_run_records_its_backend_and_its_id_is_checked_against_it(tmp_path: Path) -> None:
+    """Which backend owns a run is what job.json says, never guessed from its id; an id that is
+    not its backend's is refused."""
+    import json
+
+    from clustertrain import backends
+    from clustertrain.jobstate import JOB_IDS
+
+    assert set(backends.BACKENDS) == set(JOB_IDS)
+    for name in backends.BACKENDS:
+        assert backends.named(name).name == name
+    run = _make_run(tmp_path, "7")
+    record = json.loads((run.path / runs.RECORD).read_text())
+    assert record["backend"] == "slurm" and runs.read_run(run.path).backend == "slurm"
+    for backend, job_id in (("local", "7"), ("slurm", "local-7"), ("k8s", "7")):
+        (run.path / runs.RECORD).write_text(
+            json.dumps({**record, "backend": backend, "job_id": job_id})
+        )
+        with pytest.raises(UserError, match="bad (job_id|backend)"):
+            runs.read_run(run.path)
+    del record["backend"]  # recorded before the field: read as Slurm's (an old local run: refused)
+    (run.path / runs.RECORD).write_text(json.dumps(record))
+    assert runs.read_run(run.path).backend == "slurm"

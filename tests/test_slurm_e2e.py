@@ -37,7 +37,10 @@ def cluster() -> None:
         else None
     )
     if done is None or done.returncode != 0 or not done.stdout.strip():
-        message = "no local Slurm cluster: run `clustertrain cluster up` (as root) first"
+        message = (
+            "no local Slurm cluster: run `clustertrain cluster up` (as root) first, and export "
+            "the SLURM_CONF it prints"
+        )
         if os.environ.get("CLUSTERTRAIN_REQUIRE_SLURM"):
             pytest.fail(message)
         pytest.skip(message)

@@ -155,7 +155,7 @@ def test_node_states_and_the_queue_as_the_local_cluster_reads_them() -> None:
     assert silent.node_states() == {} and silent.job_ids() == []
 
 
-def test_a_conf_bound_runner_and_the_local_cluster_fallback(
+def test_a_conf_bound_runner_and_no_hidden_local_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from clustertrain import api
@@ -166,10 +166,10 @@ def test_a_conf_bound_runner_and_the_local_cluster_fallback(
     bound = tmp_path / "other.conf"
     assert slurm.slurm_environ(bound)["SLURM_CONF"] == str(bound)
     assert "SLURM_CONF" not in slurm.slurm_environ()  # the backend guesses nothing
-    if Path("/etc/slurm/slurm.conf").exists():
-        pytest.skip("this host has a system slurm.conf, which wins over the local cluster")
-    assert "SLURM_CONF" not in api.slurm().environ  # no local cluster up: nothing guessed
+    # A local cluster that is up is not used unless SLURM_CONF names it (`cluster up` says how).
     (tmp_path / "slurm.conf").write_text("")
+    assert "SLURM_CONF" not in api.slurm().environ
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     assert api.slurm().environ["SLURM_CONF"] == str(tmp_path / "slurm.conf")
 
 

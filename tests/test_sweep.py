@@ -88,7 +88,7 @@ def test_the_run_folder_holds_a_folder_per_task_found_by_its_id(tmp_path: Path) 
         job_spec(nodes=2, sweep=["lr=0.1,0.2,0.4"], metric="test_acc"), str(tmp_path / "s"), "/w"
     )
     runs.write_run_files(job)
-    run = runs.record_submission(job, "40")
+    run = runs.record_submission(job, "40", "slurm")
     assert [t.job_id for t in runs.tasks(run)] == ["40_0", "40_1", "40_2"]
     task = runs.find_run(tmp_path, "40_2")
     assert task.path == tmp_path / "s" / "tasks" / "2" and task.logs_dir.is_dir()

@@ -164,7 +164,7 @@ def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_pat
     goodput: events outside the job's window, or with values that are not finite, are dropped."""
     job = render(job_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
     runs.write_run_files(job)
-    run = runs.record_submission(job, "9")
+    run = runs.record_submission(job, "9", "slurm")
     _write(run.events_path, PREEMPTED_ONCE[1:], t0=events.read(run.events_path)[0].time)
     honest = timeline.goodput(timeline.attempts(run.events()))
     with open(run.events_path, "a") as handle:
@@ -183,7 +183,7 @@ def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_pat
 def test_plot_draws_one_png_of_a_run(tmp_path: Path) -> None:
     job = render(job_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
     runs.write_run_files(job)
-    run = runs.record_submission(job, "9")
+    run = runs.record_submission(job, "9", "slurm")
     _write(run.events_path, PREEMPTED_ONCE[1:], t0=events.read(run.events_path)[0].time)
     done = run_cli("plot", "9", "-o", str(tmp_path / "job9.png"), "--runs-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr

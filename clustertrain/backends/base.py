@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class Backend(ABC):
-    """Where a job runs. ``job_ids`` matches the ids it hands out, and no other backend's."""
+    """Where a job runs, registered by ``name`` in :data:`clustertrain.backends.BACKENDS` (the
+    name a run folder records). ``job_ids`` matches the ids it hands out."""
 
     name: ClassVar[str]
     job_ids: ClassVar[re.Pattern[str]]
@@ -31,10 +32,6 @@ class Backend(ABC):
     @abstractmethod
     def cancel_command(job_id: str) -> str:
         """The shell command that ends the job, for when clustertrain cannot say it itself."""
-
-    @classmethod
-    def owns(cls, job_id: str) -> bool:
-        return cls.job_ids.fullmatch(job_id) is not None
 
     @abstractmethod
     def check(self, job: RenderedJob, preflight: bool = True) -> None:

@@ -26,7 +26,7 @@ from clustertrain.backends import entrypoint
 from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, read_regular
-from clustertrain.jobstate import LOCAL_ID, JobState
+from clustertrain.jobstate import JOB_IDS, JobState
 from clustertrain.procs import start_time
 from clustertrain.render import (
     OFFLINE_ENV,
@@ -144,7 +144,7 @@ class LocalBackend(Backend):
     """This machine, without Slurm: one supervisor process per run (see the module's doc)."""
 
     name = "local"
-    job_ids = LOCAL_ID
+    job_ids = JOB_IDS[name]
     accepted = "started"
 
     @staticmethod

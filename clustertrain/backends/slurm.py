@@ -22,7 +22,7 @@ from clustertrain.backends import preflight as preflight_checks
 from clustertrain.backends.base import Backend
 from clustertrain.backends.cluster_info import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.errors import UserError
-from clustertrain.jobstate import JOB_ID, TERMINAL_STATES, JobState
+from clustertrain.jobstate import JOB_ID, JOB_IDS, TERMINAL_STATES, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.render.container import APPTAINER
 from clustertrain.runs import Run
@@ -349,7 +349,7 @@ class SlurmBackend(Backend):
     """A Slurm cluster, through its commands (:class:`Slurm`); preflight reads its limits."""
 
     name = "slurm"
-    job_ids = JOB_ID
+    job_ids = JOB_IDS[name]
     accepted = "queued"
 
     @staticmethod

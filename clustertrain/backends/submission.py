@@ -30,7 +30,7 @@ def submit_job(job: RenderedJob, backend: Backend, check: bool = True) -> runs.R
         shutil.rmtree(path, ignore_errors=True)
         raise
     try:
-        return runs.record_submission(job, job_id)
+        return runs.record_submission(job, job_id, backend.name)
     except OSError as exc:
         raise UserError(
             f"job {job_id} is {backend.accepted}, but its id could not be recorded in {path} "

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 from clustertrain import events, protocol
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, printable, read_regular
-from clustertrain.jobstate import JOB_ID, LOCAL_ID
+from clustertrain.jobstate import JOB_IDS
 from clustertrain.render import RenderedJob, container
 from clustertrain.spec import sweep
 from clustertrain.spec.fields import LAUNCHERS
@@ -68,6 +68,9 @@ class Run:
     # The job's headline metric (JobSpec.metric) and which way it is better; None: none named.
     metric: str | None = None
     metric_mode: str = "max"
+    # The backend that queued or started it (clustertrain.backends.BACKENDS). A run submitted
+    # with --host records "slurm" (the login node's), and a remote.json beside job.json.
+    backend: str = "slurm"
 
     @property
     def task_number(self) -> int | None:
@@ -175,7 +178,7 @@ def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Pa
     return path
 
 
-def record_submission(job: RenderedJob, job_id: str) -> Run:
+def record_submission(job: RenderedJob, job_id: str, backend: str) -> Run:
     run = Run(
         path=Path(job.run_dir),
         job_id=job_id,
@@ -186,6 +189,7 @@ def record_submission(job: RenderedJob, job_id: str) -> Run:
         launcher=job.spec.launcher,
         metric=job.spec.metric,
         metric_mode=job.spec.metric_mode,
+        backend=backend,
     )
     fields = {k: v for k, v in vars(run).items() if k != "path"}
     tmp = run.path / f".{RECORD}.tmp"
@@ -213,7 +217,7 @@ def task(run: Run, number: int) -> Run:
 
 # job.json's fields: (type, check) each; anything else in the file is refused.
 _RECORD_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "job_id": lambda v: isinstance(v, str) and _is_job_id(v),
+    "job_id": lambda v: isinstance(v, str) and len(v) <= 64,
     "name": lambda v: isinstance(v, str) and 0 < len(v) <= 128,
     "submitted_at": lambda v: isinstance(v, str) and len(v) <= 64,
     "nodes": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 100_000,
@@ -221,18 +225,25 @@ _RECORD_FIELDS: dict[str, Callable[[Any], bool]] = {
     "launcher": lambda v: v in LAUNCHERS,
     "metric": lambda v: v is None or (isinstance(v, str) and _is_metric(v)),
     "metric_mode": lambda v: v in protocol.METRIC_MODES,
+    "backend": lambda v: v in JOB_IDS,
 }
 # Fields a run recorded before they existed lacks: it reads as having the default.
-_OPTIONAL = {"metric", "metric_mode"}
+_OPTIONAL = {"metric", "metric_mode", "backend"}
 
 
 def _is_metric(text: str) -> bool:
     return protocol.METRIC_NAME.fullmatch(text) is not None
 
 
-def _is_job_id(text: str) -> bool:
-    """A Slurm job id (``42``, ``42_3``) or a local run's (``local-1234``)."""
-    return JOB_ID.fullmatch(text) is not None or LOCAL_ID.fullmatch(text) is not None
+def _any_job_id(text: str) -> bool:
+    """Whether what a user typed is a job id (of any backend), not a folder."""
+    return any(_is_job_id(text, backend) for backend in JOB_IDS)
+
+
+def _is_job_id(text: str, backend: str) -> bool:
+    """An id of the run's own backend: a Slurm job's (``42``, ``42_3``), a local run's
+    (``local-1234``)."""
+    return JOB_IDS[backend].fullmatch(text) is not None
 
 
 def read_run(path: Path) -> Run:
@@ -251,6 +262,10 @@ def read_run(path: Path) -> Run:
     for key, check in _RECORD_FIELDS.items():
         if key in record and not check(record[key]):
             raise RunFolderError(f"{path / RECORD}: bad {key} {printable(repr(record[key]))[:60]}")
+    if not _is_job_id(record["job_id"], record.get("backend", "slurm")):
+        raise RunFolderError(
+            f"{path / RECORD}: bad job_id {printable(repr(record['job_id']))[:60]} for its backend"
+        )
     return Run(path=path, **record)
 
 
@@ -273,7 +288,7 @@ def all_runs(root: Path, warn: Callable[[str], None] | None = None) -> list[Run]
 
 def find_run(root: Path, ref: str) -> Run:
     """The run a user means: ``last``, a job id (the newest run with it) or a run folder."""
-    if ref != "last" and not _is_job_id(ref) and Path(ref).name not in ("", ".", ".."):
+    if ref != "last" and not _any_job_id(ref) and Path(ref).name not in ("", ".", ".."):
         # A folder must be a direct child of the runs root: no symlink or '..' escapes it.
         folder = Path(ref).absolute() if os.path.isabs(ref) else root / Path(ref).name
         with contextlib.suppress(OSError):  # e.g. a name too long for the filesystem
@@ -284,7 +299,7 @@ def find_run(root: Path, ref: str) -> Run:
         if not runs:
             raise UserError(f"JOB: no jobs recorded under {root}; submit one first")
         return runs[0]
-    if _is_job_id(ref):
+    if _any_job_id(ref):
         array, _, number = ref.partition("_")
         for run in runs:
             if run.job_id == ref:
