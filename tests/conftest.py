@@ -101,3 +101,32 @@ def job_spec(job_file: dict[str, Any] | None = None, **fields: Any) -> JobSpec:
     if named.get("script") is None and named.get("module") is None:
         fields = {"module": "jobs.mnist.train", **fields}
     return build_spec(job_file, **fields)
+
+
+def source_copy(where: Path) -> Path:
+    """A copy of this checkout's files to build from: a build in the checkout would leave
+    build/ and *.egg-info there, whose stale files a later wheel could carry."""
+    import shutil
+
+    source = where / "source"
+
+    def skip(folder: str, names: list[str]) -> set[str]:
+        at_top = {"build", "runs", "site", "data"} if Path(folder) == ROOT else set()
+        return {n for n in names if n.startswith(".") or n.endswith(".egg-info") or n in at_top} | (
+            {"__pycache__"} & set(names)
+        )
+
+    shutil.copytree(ROOT, source, ignore=skip)
+    return source
+
+
+def build_wheel(where: Path) -> Path:
+    """The wheel of this checkout (:func:`source_copy`), in ``where/dist``."""
+    source = source_copy(where)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(where / "dist"), str(source)],
+        check=True, timeout=300, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = (where / "dist").glob("clustertrain-*.whl")
+    return wheel

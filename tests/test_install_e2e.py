@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import build_wheel
 from tests.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -24,12 +24,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel and its training extras; its bin/ folder."""
     where = tmp_path_factory.mktemp("install")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(where / "dist"), str(ROOT)],
-        check=True, timeout=300, capture_output=True,
-    )  # fmt: skip
-    (wheel,) = (where / "dist").glob("clustertrain-*.whl")
+    wheel = build_wheel(where)
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     subprocess.run(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, build_wheel, source_copy
 
 # What the headline command needs from an install, as the wheel names them.
 NEEDED = (
@@ -50,13 +50,7 @@ def test_every_package_folder_is_listed() -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(ROOT)],
-        check=True, timeout=300, capture_output=True,
-    )  # fmt: skip
-    return next(out.glob("clustertrain-*.whl"))
+    return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
 def test_the_wheel_holds_the_templates_and_the_jobs(built: Path) -> None:
@@ -70,7 +64,7 @@ def test_the_sdist_holds_the_top_level_folders(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-c", "from setuptools import build_meta as b; "
          f"b.build_sdist({str(tmp_path)!r})"],
-        cwd=ROOT, check=True, timeout=300, capture_output=True,
+        cwd=source_copy(tmp_path), check=True, timeout=300, capture_output=True,
     )  # fmt: skip
     (sdist,) = tmp_path.glob("clustertrain-*.tar.gz")
     with tarfile.open(sdist) as archive:
