@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from clustertrain import api  # noqa: E402
 from clustertrain.env import rendezvous_port  # noqa: E402
-from clustertrain.nodecheck import probe  # noqa: E402
+from clustertrain.node.nodecheck import probe  # noqa: E402
 
 TRAIN_ARGS = ["--strategy", "ddp", "--recipe", "fast", "--limit-train", "4000"]
 TRAIN_ARGS += ["--batch-size", "32", "--lr", "0.05", "--epochs", "3", "--log-every", "5"]

@@ -1,7 +1,7 @@
 """What the rendered batch script and the ranks agree on, written down once.
 
-The renderer hands these values to the templates, the rank side (:mod:`clustertrain.runtime`,
-:mod:`clustertrain.env`) reads the same names, and the log reader parses the same prefix. No
+The renderer hands these values to the templates, the rank side (:mod:`clustertrain.rank.runtime`,
+:mod:`clustertrain.rank.env`) reads the same names, and the log reader parses the same prefix. No
 other module spells them out.
 """
 
@@ -46,7 +46,7 @@ ENV_RUN_DIR = "CLUSTERTRAIN_RUN_DIR"
 ENV_OUT_DIR = "CLUSTERTRAIN_OUT_DIR"
 ENV_REQUEUE_FILE = "CLUSTERTRAIN_REQUEUE_FILE"
 ENV_RDZV_TIMEOUT_S = "CLUSTERTRAIN_RDZV_TIMEOUT_S"
-# The run folder's event log (clustertrain.events), appended to by the batch script and rank 0.
+# The run folder's event log (clustertrain.rank.events), appended to by the batch script and rank 0.
 EVENTS_FILE = "events.jsonl"
 ENV_EVENTS_FILE = "CLUSTERTRAIN_EVENTS_FILE"
 
@@ -57,7 +57,7 @@ NVIDIA_DEVICES = "/dev/nvidia[0-9]*"
 # Progress: each rank that calls runtime.heartbeat(step) keeps a file <HEARTBEAT_DIR>/rank-<N>
 # (its newest step, its mtime the time) under the attempt's log folder, and on DUMP_SIGNAL writes
 # every thread's stack to rank-<N>.stack beside it. The batch script's watchdog
-# (clustertrain.watchdog) reads them, and writes HANG_FILE there when no rank made progress for
+# (clustertrain.node.watchdog) reads them, and writes HANG_FILE there when no rank made progress for
 # hang_timeout_s. WINCH: ignored by any process that does not ask for it (a terminal's resize
 # signal), so the launchers and scripts without the runtime library are safe from it.
 ENV_HEARTBEAT_DIR = "CLUSTERTRAIN_HEARTBEAT_DIR"
@@ -68,15 +68,15 @@ HANG_FILE = "hang.txt"
 # Spare nodes (spare_nodes): the batch script trains on the nodes named in ENV_ACTIVE_NODES (a
 # comma list) and holds the others. Each of them touches <HEARTBEAT_DIR>/BEACON_PREFIX<node>
 # every BEACON_S seconds while its launcher runs; a beacon that goes quiet sends the watchdog to
-# its roll call (clustertrain.rollcall), which writes the nodes that did not answer in LOST_FILE
-# there, one per line, and ends the step; the batch script starts it again on a spare.
+# its roll call (clustertrain.node.rollcall), which writes the nodes that did not answer in
+# LOST_FILE there, one per line, and ends the step; the supervisor starts it again on a spare.
 ENV_ACTIVE_NODES = "CLUSTERTRAIN_NODES"
 BEACON_PREFIX = "node-"
 BEACON_S = 1
 LOST_FILE = "lost-nodes"
 
 # The launch script sets these on each node to the interface of its route to the head node
-# (``python -m clustertrain.netif``), unless the job sets them (socket_ifname).
+# (``python -m clustertrain.node.netif``), unless the job sets them (socket_ifname).
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 # Each node's node-check record, under the attempt's log folder: <node>.json for the verdict,

@@ -31,7 +31,7 @@ def _srun_lines(job: RenderedJob) -> tuple[str, str]:
     """The node check's srun line and the launch step's, as the supervisor's plan holds them."""
     plan = json.loads(job.plan)
     check, launch = (" ".join(map(str, plan[key])) for key in ("node_check", "step"))
-    assert "clustertrain.nodecheck probe" in check and "launch.sh" in launch
+    assert "clustertrain.node.nodecheck probe" in check and "launch.sh" in launch
     return check, launch
 
 
@@ -43,7 +43,7 @@ def test_only_the_launch_step_runs_in_the_container(runtime: str) -> None:
     assert ("apptainer exec" in launch) == (runtime == "apptainer")
     assert ("--container-image=/images/torch" in launch) == (runtime == "pyxis")
     assert (f"--container={RUN_DIR}/container" in launch) == (runtime == "oci")
-    assert "\nexec python -m clustertrain.supervisor " in _job(runtime).batch_script
+    assert "\nexec python -m clustertrain.node.supervisor " in _job(runtime).batch_script
 
 
 def test_apptainer_asks_for_the_gpus_only_on_gpu_jobs() -> None:

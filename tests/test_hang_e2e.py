@@ -1,5 +1,5 @@
 """A hung rank is found on the real cluster: the step is ended, every rank's stack is in the run
-folder, and status names where each group of ranks waits (clustertrain.watchdog)."""
+folder, and status names where each group of ranks waits (clustertrain.node.watchdog)."""
 
 from __future__ import annotations
 

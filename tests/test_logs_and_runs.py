@@ -17,9 +17,10 @@ from tests.conftest import job_spec
 
 
 def _make_run(root: Path, job_id: str, name: str = "mnist") -> runs.Run:
+    """A recorded run: a local run's for a ``local-N`` id, else a Slurm job's."""
     job = render(job_spec(name=name, nodes=2), str(runs.new_run_dir(root, name)), "/w")
     runs.write_run_files(job)
-    return runs.record_submission(job, job_id, "slurm")
+    return runs.record_submission(job, job_id, "local" if "local" in job_id else "slurm")
 
 
 def test_find_by_id_last_and_folder(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from clustertrain.netif import interface_to
-from clustertrain.nodecheck import probe, summary, verdict
+from clustertrain.node.netif import interface_to
+from clustertrain.node.nodecheck import probe, summary, verdict
 
 
 def _probe(node: str, address: str, host: str | None = None) -> dict[str, str]:

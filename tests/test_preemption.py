@@ -27,7 +27,7 @@ import torch
 
 from clustertrain import api, checkpoint
 from clustertrain.env import rendezvous_port
-from clustertrain.nodecheck import probe
+from clustertrain.node.nodecheck import probe
 from tests.conftest import ROOT, run_cli
 from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 from tests.test_train import BIN, TRAIN, _clean_env, accelerate_2

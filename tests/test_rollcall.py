@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import events, protocol, rollcall, watchdog
+from clustertrain import events, protocol
+from clustertrain.node import rollcall, watchdog
 from tests.conftest import ROOT
 
 # srun as the roll call runs it: `srun --overlap ... --nodelist=NODE true`. node2 is gone

@@ -36,7 +36,7 @@ def _job(tmp_path: Path) -> object:
 def test_a_queued_job_keeps_its_run_folder_when_its_id_cannot_be_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def full_disk(job: object, job_id: str) -> None:
+    def full_disk(job: object, job_id: str, backend: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(runs, "record_submission", full_disk)

@@ -1,6 +1,6 @@
-"""The job's supervisor (clustertrain.supervisor) and its policy (clustertrain.policy), without
-Slurm: a fake srun, scontrol and scancel record what they are asked, and each scripted run of
-the step leaves what a real one would (an exit status, the watchdog's hang report or lost
+"""The job's supervisor (clustertrain.node.supervisor) and its policy (clustertrain.node.policy),
+without Slurm: a fake srun, scontrol and scancel record what they are asked, and each scripted run
+of the step leaves what a real one would (an exit status, the watchdog's hang report or lost
 nodes, a rank's requeue request). Every path that only the end-to-end tests reached when the
 policy was a bash program runs here: tests/test_hang_e2e.py, test_spare_nodes_e2e.py,
 test_node_failure_e2e.py and test_preemption.py still run them for real."""
@@ -17,8 +17,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-from clustertrain import events, policy, protocol
-from clustertrain.supervisor import Commands, Plan, PlanError, Supervisor, main
+from clustertrain import events, protocol
+from clustertrain.node import policy
+from clustertrain.node.supervisor import Commands, Plan, PlanError, Supervisor, main
 
 # What a scripted run of the step does: given the supervisor's environment, write what the
 # step leaves and return srun's exit status.
@@ -54,7 +55,7 @@ class FakeSlurm(Commands):
     def start(self, argv: Any) -> Any:
         argv = list(argv)
         self.calls.append(argv)
-        if "clustertrain.watchdog" in argv:
+        if "clustertrain.node.watchdog" in argv:
             return FakeProcess(2, 0)
         return FakeProcess(1, self.runs.pop(0)(self.env))
 
@@ -303,7 +304,14 @@ def test_a_sweeps_task_passes_its_own_arguments_and_an_unknown_task_ends_with_2(
 
 
 def test_a_failed_node_check_ends_the_job_before_any_step(tmp_path: Path) -> None:
-    check = ["srun", "python", "-m", "clustertrain.nodecheck", "probe", {"expand": "$LOG_DIR/nc"}]
+    check = [
+        "srun",
+        "python",
+        "-m",
+        "clustertrain.node.nodecheck",
+        "probe",
+        {"expand": "$LOG_DIR/nc"},
+    ]
     job = Job(tmp_path, [ok], node_check=check)
     job.env["CHECK_FAILS"] = "1"
     assert job.run() == 1
@@ -380,7 +388,7 @@ def test_the_batch_script_hands_over_to_the_supervisor_and_holds_no_policy() -> 
 
     job = render_case("spares-2x8")
     body = [line for line in job.batch_script.splitlines() if not line.startswith("#")]
-    assert body[-1] == f"exec python -m clustertrain.supervisor {job.plan_path}"
+    assert body[-1] == f"exec python -m clustertrain.node.supervisor {job.plan_path}"
     text = "\n".join(body)
     for word in ("srun", "scontrol", "requeue ", "while", "if ", "trap", "wait"):
         assert word not in text, word

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import protocol, watchdog
+from clustertrain import protocol
+from clustertrain.node import watchdog
 from tests.conftest import ROOT
 
 RANK = """

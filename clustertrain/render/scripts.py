@@ -35,7 +35,7 @@ class RenderedJob:
     launch_argv: tuple[str, ...]
     batch_script: str
     launch_script: str
-    # What the batch script's supervisor runs and decides (clustertrain.supervisor), as JSON.
+    # What the batch script's supervisor runs and decides (clustertrain.node.supervisor), as JSON.
     plan: str
     # An OCI job's bundle configuration (clustertrain.container.oci_config), else None.
     container_config: str | None = None
@@ -125,7 +125,7 @@ def render(spec: JobSpec, run_dir: str, workdir: str) -> RenderedJob:
     )
 
 
-_NODECHECK = ("python", "-m", "clustertrain.nodecheck")
+_NODECHECK = ("python", "-m", "clustertrain.node.nodecheck")
 
 
 def _context(
@@ -159,7 +159,7 @@ _NODE_CHECK_DIR = Expand(f"$LOG_DIR/{protocol.NODE_CHECK_DIR}")
 
 def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
     """What the supervisor runs (the step and the node check, srun's words with the few it
-    expands marked) and the fault-tolerance fields it decides by (clustertrain.supervisor)."""
+    expands marked) and the fault-tolerance fields it decides by (clustertrain.node.supervisor)."""
     logs = PurePosixPath(run_dir, protocol.LOGS_DIR)
     step = srun_argv(
         spec,

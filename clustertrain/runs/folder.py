@@ -19,10 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from clustertrain import events, protocol
+from clustertrain import protocol
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import JOB_IDS
+from clustertrain.rank import events
 from clustertrain.render import RenderedJob, container
 from clustertrain.spec import sweep
 from clustertrain.spec.fields import LAUNCHERS

@@ -129,7 +129,7 @@ class Failure:
 
 
 def hang(run: Run) -> str | None:
-    """What the watchdog said of the newest attempt that hung (clustertrain.watchdog)."""
+    """What the watchdog said of the newest attempt that hung (clustertrain.node.watchdog)."""
     found = None
     for folder in _numbered(run.logs_dir, ATTEMPT):
         # The steps restarted after a hang in order (heartbeats-hung-K), then the last one.

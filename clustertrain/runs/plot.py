@@ -16,8 +16,8 @@ from typing import Any
 
 import matplotlib
 
-from clustertrain import events
 from clustertrain.files import printable
+from clustertrain.rank import events
 from clustertrain.runs import Run, tasks, timeline
 from clustertrain.spec import sweep
 

@@ -1,4 +1,4 @@
-"""Where a job's time went, from its events (:mod:`clustertrain.events`): pure functions.
+"""Where a job's time went, from its events (:mod:`clustertrain.rank.events`): pure functions.
 
 An attempt runs from ``started`` to ``ended`` or ``requeued`` (or its last event, when Slurm
 killed the batch shell first). Inside it: start-up (to the node check, then the script's
@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from clustertrain import events
-from clustertrain.events import MILESTONES, Event
+from clustertrain.rank import events
+from clustertrain.rank.events import MILESTONES, Event
 
 PROGRESS = ("step", "metrics", "epoch", events.CHECKPOINT, "stop")
 # Start-up ends at the script's last milestone or its first progress, whichever comes first.

@@ -141,7 +141,7 @@ class JobSpec:
         False, fields.boolean, "A node lost mid-job: requeue without it and resume."
     )
     # Nodes held beside ``nodes`` (--no-kill): a node lost mid-step is replaced by one of them
-    # inside the allocation, found by the batch script's own roll call (clustertrain.rollcall).
+    # inside the allocation, found by the batch script's own roll call (clustertrain.node.rollcall).
     spare_nodes: int = _field(
         0, fields.int_range(0, 64),
         "Extra nodes held in the allocation: a node lost mid-step is replaced by a spare and the "
@@ -151,7 +151,7 @@ class JobSpec:
         True, fields.boolean, "Check every node's view of the head node before training."
     )
     # A step whose ranks call runtime.heartbeat and none of which made progress for this long
-    # is hung: clustertrain.watchdog saves their stacks, names them and ends the step.
+    # is hung: clustertrain.node.watchdog saves their stacks, names them and ends the step.
     hang_timeout_s: int = _field(
         1800, fields.int_range(10, 7 * 24 * 3600),
         "Seconds without progress from any rank (runtime.heartbeat) after which the step is "

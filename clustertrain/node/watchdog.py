@@ -1,22 +1,22 @@
 """Finds a hung job step, names where each rank is stuck, and ends the step.
 
-The batch script starts ``python -m clustertrain.watchdog HEARTBEAT_DIR TIMEOUT_S SRUN_PID MODE``
-beside the step. Ranks that call :func:`clustertrain.runtime.heartbeat` keep a file each in
-HEARTBEAT_DIR; with MODE ``quiet`` (``hang_on_quiet``, for scripts without the runtime library)
-the step's output files count as progress too. Once nothing has moved for TIMEOUT_S seconds (a
-deadlock in a collective, a stuck data loader, a wedged filesystem: torchrun sees live processes
-and would wait until the time limit), the watchdog takes every rank's stacks, writes where they
-wait in ``HANG_FILE`` (e.g. ``ranks 0, 2-3 in all_reduce (loop.py:133); rank 1 in step
-(train.py:30)``), and ends srun. A step that never made progress is never declared hung.
+The supervisor starts ``python -m clustertrain.node.watchdog HEARTBEAT_DIR TIMEOUT_S SRUN_PID
+MODE`` beside the step. Ranks that call :func:`clustertrain.rank.runtime.heartbeat` keep a file
+each in HEARTBEAT_DIR; with MODE ``quiet`` (``hang_on_quiet``, for scripts without the runtime
+library) the step's output files count as progress too. Once nothing has moved for TIMEOUT_S
+seconds (a deadlock in a collective, a stuck data loader, a wedged filesystem: torchrun sees
+live processes and would wait until the time limit), the watchdog takes every rank's stacks,
+writes where they wait in ``HANG_FILE`` (e.g. ``ranks 0, 2-3 in all_reduce (loop.py:133); rank 1
+in step (train.py:30)``), and ends srun. A step that never made progress is never declared hung.
 
 With spare nodes (``protocol.ENV_ACTIVE_NODES`` set), it also watches the nodes' beacons: a
-node that goes quiet sends it to the roll call (clustertrain.rollcall), and a node that does not
-answer is named in ``LOST_FILE`` and the step ended at once, so that the batch script can start
-it again on a spare instead of waiting minutes for Slurm's verdict on the node.
+node that goes quiet sends it to the roll call (clustertrain.node.rollcall), and a node that
+does not answer is named in ``LOST_FILE`` and the step ended at once, so that the supervisor can
+start it again on a spare instead of waiting minutes for Slurm's verdict on the node.
 
 Stacks: ranks with the runtime library write their own through faulthandler on
-``DUMP_SIGNAL`` (even inside a C call); for the others, ``python -m clustertrain.watchdog dump``
-runs on every node (an overlapping step) and takes them with ``py-spy dump``. Each file says
+``DUMP_SIGNAL`` (even inside a C call); for the others, ``python -m clustertrain.node.watchdog
+dump`` runs on every node (an overlapping step) and takes them with ``py-spy dump``. Each file says
 which way it was taken by its format, and the summary names the tool.
 """
 
@@ -32,8 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-from clustertrain import events, protocol, rollcall
+from clustertrain import protocol
+from clustertrain.node import rollcall
 from clustertrain.procs import proc_stat
+from clustertrain.rank import events
 
 # After the dump signal, how long the ranks have to write their stacks; how long py-spy may take
 # on every node; after SIGTERM, how long srun has to end the step before SIGKILL.
@@ -201,7 +203,7 @@ def _py_spy_on_every_node(folder: Path) -> None:
         nodes = str(len(active))
         argv.append(f"--nodelist={','.join(active)}")
     argv += [f"--nodes={nodes}", f"--ntasks={nodes}"]
-    argv += [sys.executable, "-m", "clustertrain.watchdog", "dump", str(folder)]
+    argv += [sys.executable, "-m", "clustertrain.node.watchdog", "dump", str(folder)]
     with contextlib.suppress(subprocess.TimeoutExpired):  # what was taken by then is kept
         subprocess.run(argv, check=False, timeout=PY_SPY_WAIT_S, stdout=subprocess.DEVNULL)
 

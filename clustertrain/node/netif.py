@@ -1,6 +1,6 @@
 """The network interface a node trains over: the one on its route to the head node.
 
-``python -m clustertrain.netif HEAD`` prints it; each node's launch script gives it to gloo and
+``python -m clustertrain.node.netif HEAD`` prints it; each node's launch script gives it to gloo and
 NCCL (``protocol.SOCKET_IFNAME_VARS``), and the node check shows it. On a node with several
 interfaces (a management network, InfiniBand, a container bridge) their own guesses can pick
 one the other nodes cannot reach.

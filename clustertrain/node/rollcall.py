@@ -3,14 +3,14 @@
 A lost node does not end a step by itself: its peers fail or wait in a collective, and srun
 waits for Slurm's verdict on the node (SlurmdTimeout: 300 s by default, more at some sites).
 So every node of the step touches a beacon (protocol.BEACON_PREFIX + its name) each second while
-its launcher runs, and the watchdog (clustertrain.watchdog) calls :func:`silent` as it polls. A
+its launcher runs, and the watchdog (clustertrain.node.watchdog) calls :func:`silent` as it polls. A
 quiet beacon is only a suspicion, since a node whose launcher ended stops beating too; the roll
 call decides: one overlapping ``srun true`` on each node of the step at once, and a node whose
 srun fails or does not return within ``ANSWER_S`` is lost. Slurm's own ping does the same, a
 few minutes later.
 
 :func:`replace` is the arithmetic afterwards: the nodes to train on next and the spares left.
-The supervisor (clustertrain.supervisor) calls the roll of the spares first (they have run
+The supervisor (clustertrain.node.supervisor) calls the roll of the spares first (they have run
 nothing yet), and shrinks the job to the nodes it keeps (``scontrol update JobId NodeList``): a
 job that still holds a lost node stays COMPLETING after its end until Slurm declares it down.
 """

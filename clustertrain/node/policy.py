@@ -1,6 +1,6 @@
 """What a job does when its step ends: the fault-tolerance policy, as pure decisions.
 
-The supervisor (:mod:`clustertrain.supervisor`) runs a step, reads what it left
+The supervisor (:mod:`clustertrain.node.supervisor`) runs a step, reads what it left
 (:class:`Outcome`: its exit status, the watchdog's hang report, the nodes its roll call lost, a
 rank's requeue request) and asks :func:`decide` what comes next: a :class:`Restart` of the step
 on the same nodes, a :class:`Replace` of lost nodes by spares, a :class:`Requeue` through
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from clustertrain import events
-from clustertrain.rollcall import replace
+from clustertrain.node.rollcall import replace
+from clustertrain.rank import events
 
 
 class Exit(IntEnum):

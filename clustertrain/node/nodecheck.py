@@ -1,4 +1,4 @@
-"""Checks each node runs before training: ``python -m clustertrain.nodecheck COMMAND``.
+"""Checks each node runs before training: ``python -m clustertrain.node.nodecheck COMMAND``.
 
 The batch script runs ``probe`` once per node (through srun), then ``verdict`` on the first
 node. A node that resolves the head node to a loopback address or to another address than the
@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from clustertrain.netif import interface_to
+from clustertrain.node.netif import interface_to
 
 
 def probe(head: str, port: int, is_head: bool) -> dict[str, Any]:

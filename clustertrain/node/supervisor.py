@@ -1,13 +1,13 @@
 """The job's supervisor: what the batch script hands over to, on the allocation's first node.
 
-    python -m clustertrain.supervisor RUN_DIR/plan.json
+    python -m clustertrain.node.supervisor RUN_DIR/plan.json
 
 The batch script sets the job's environment and ``exec``s this, so Slurm's warning before the
 time limit (``--signal=B:USR2``) reaches it. It runs the node check, then the step (one launch
-script per node through srun) with its watchdog beside it (:mod:`clustertrain.watchdog`), and
-after each run of the step asks :func:`clustertrain.policy.decide` what comes next: the step
+script per node through srun) with its watchdog beside it (:mod:`clustertrain.node.watchdog`), and
+after each run of the step asks :func:`clustertrain.node.policy.decide` what comes next: the step
 again on the same nodes or on a spare, a requeue, or the end with a named exit status
-(:class:`clustertrain.policy.Exit`). It writes the batch side's events (``started``,
+(:class:`clustertrain.node.policy.Exit`). It writes the batch side's events (``started``,
 ``node_check``, ``signal``, ``restarted``, ``requeued``, ``ended``).
 
 Every call to Slurm or a process goes through :class:`Commands`, which the tests replace
@@ -29,8 +29,10 @@ from pathlib import Path
 from string import Template
 from typing import IO, Any, NoReturn
 
-from clustertrain import events, nodecheck, policy, protocol, rollcall
+from clustertrain import protocol
 from clustertrain.files import RunFolderError, read_regular
+from clustertrain.node import nodecheck, policy, rollcall
+from clustertrain.rank import events
 
 PLAN_FILE = "plan.json"
 _MAX_PLAN_BYTES = 1 << 20
@@ -281,7 +283,7 @@ class Supervisor:
         srun = self.commands.start([*(self.expand(w) for w in self.plan.step), *task_args])
         mode = "quiet" if self.plan.hang_on_quiet else "beats"
         watchdog = self.commands.start(
-            [sys.executable, "-m", "clustertrain.watchdog", str(beats),
+            [sys.executable, "-m", "clustertrain.node.watchdog", str(beats),
              str(self.plan.hang_timeout_s), str(srun.pid), mode]
         )  # fmt: skip
         status = srun.wait()  # a signal's handler runs, and the wait goes on (PEP 475)
@@ -344,7 +346,7 @@ def _ended(signum: int, frame: Any) -> NoReturn:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m clustertrain.supervisor PLAN", file=sys.stderr)
+        print("usage: python -m clustertrain.node.supervisor PLAN", file=sys.stderr)
         return 2
     try:
         plan = Plan.read(Path(argv[0]))

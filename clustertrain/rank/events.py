@@ -1,0 +1,141 @@
+"""What a job did and when: one JSON line per event in the run folder's ``events.jsonl``.
+
+Four writers append to the same file: ``submit`` (``queued``), the batch script (``started``,
+``node_check``, ``signal``, ``requeued``, ``restarted``, ``ended``, in bash: the template
+``templates/slurm/sbatch.sh.j2``), its watchdog (``hang``, ``node_lost``) and the training
+script's rank 0, through :func:`record` or the runtime library (``runtime.milestone``: the
+:data:`MILESTONES`; ``runtime.log_metrics``: ``metrics``; and ``step``, ``epoch``,
+``checkpoint``, ``stop``). Besides its name, time and attempt, an event holds a few texts and
+at most :data:`MAX_VALUES` numbers, each a finite number under a metric's name
+(:data:`clustertrain.protocol.METRIC_NAME`); a line with anything else is left out whole.
+Each line is one small ``write`` on a file opened for appending, which a local filesystem keeps
+whole. The names are :data:`NAMES`;
+``plot`` and ``status`` read them back with :func:`read`, which trusts nothing in the file: a run
+folder is anyone's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clustertrain import protocol
+from clustertrain.files import RunFolderError, read_regular
+from clustertrain.protocol import METRIC_NAME
+
+# The names of the submit side's, the supervisor's and the watchdog's events, said here once:
+# their writers and readers (clustertrain.runs.timeline, plot) use these.
+QUEUED, STARTED, NODE_CHECK, SIGNAL = "queued", "started", "node_check", "signal"
+REQUEUED, RESTARTED, ENDED = "requeued", "restarted", "ended"
+HANG, NODE_LOST, CHECKPOINT = "hang", "node_lost", "checkpoint"
+# In the order a job goes through them.
+NAMES = (
+    QUEUED,
+    STARTED,
+    NODE_CHECK,
+    "rendezvous",
+    "data_ready",
+    "step",
+    "metrics",
+    "epoch",
+    CHECKPOINT,
+    SIGNAL,
+    "stop",
+    REQUEUED,
+    HANG,
+    NODE_LOST,
+    RESTARTED,
+    ENDED,
+)
+# What a training script says of its start-up, in order: its process group is up, its data is
+# ready (start-up ends there, or at its first step). runtime.milestone records them.
+MILESTONES = ("rendezvous", "data_ready")
+MAX_BYTES = 64 << 20
+MAX_VALUES = 64
+_TEXTS = ("nodes", "why", "status")
+_META = ("time", "event", "attempt")
+
+
+@dataclass(frozen=True)
+class Event:
+    time: float
+    name: str
+    attempt: int
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def record(name: str, **values: Any) -> None:
+    """Append an event for this job (rank 0 only; outside a clustertrain job, nothing)."""
+    path = os.environ.get(protocol.ENV_EVENTS_FILE)
+    if path and os.environ.get("RANK", "0") == "0":
+        append(Path(path), name, _attempt(), **values)
+
+
+def append(path: Path, name: str, attempt: int = 0, **values: Any) -> None:
+    line = {"time": time.time(), "event": name, "attempt": attempt, **values}
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def _attempt() -> int:
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
+
+
+def read(path: Path) -> list[Event]:
+    """The well-formed events of ``path`` in file order; anything else is left out."""
+    return scan(path)[0]
+
+
+def scan(path: Path, start: float = -math.inf, end: float = math.inf) -> tuple[list[Event], int]:
+    """The well-formed events of ``path`` whose time lies in [start, end], in file order, and
+    how many non-empty lines were left out: not an event, a value that is not a finite
+    number, or a time outside the window (one line of ``"time": 1e308`` would otherwise
+    stretch every timeline drawn from the file to 10^308 seconds)."""
+    try:
+        data = read_regular(path, MAX_BYTES, tail=True).decode("utf-8", "replace")
+    except RunFolderError:
+        return [], 0
+    found, dropped = [], 0
+    for line in data.splitlines():
+        event = _parse(line)
+        if event is not None and start <= event.time <= end:
+            found.append(event)
+        elif line.strip():
+            dropped += 1
+    return found, dropped
+
+
+def _parse(line: str) -> Event | None:
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("event") not in NAMES:
+        return None
+    when, attempt = raw.get("time"), raw.get("attempt", 0)
+    if not _number(when) or not isinstance(attempt, int) or not 0 <= attempt < 10_000:
+        return None
+    numbers = {k: v for k, v in raw.items() if k not in _META and k not in _TEXTS}
+    # A value that is not a finite number under a metric's name drops its event: a picture
+    # drawn from half an event would be as wrong as one drawn from a bogus one.
+    if len(numbers) > MAX_VALUES or not all(
+        METRIC_NAME.fullmatch(k) and _number(v) for k, v in numbers.items()
+    ):
+        return None
+    texts = {k: raw[k][:200] for k in _TEXTS if isinstance(raw.get(k), str)}
+    return Event(float(raw["time"]), raw["event"], attempt, {**numbers, **texts})
+
+
+def _number(value: Any) -> bool:
+    """A finite number that converts to a float: an integer of 400 digits does not."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) < 2**63
