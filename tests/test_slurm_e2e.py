@@ -122,9 +122,9 @@ def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[
     dry_run_dir = re.search(r"CLUSTERTRAIN_RUN_DIR=(\S+)", dry_batch)
     assert dry_run_dir is not None
     assert received.stdout == dry_batch.replace(dry_run_dir[1], str(run_dir))
-    assert (run_dir / "launch.sh").read_text() == dry.stdout.split("(run by srun on every node)\n")[
-        1
-    ].replace(dry_run_dir[1], str(run_dir))
+    for name, said in (("launch.sh", "(run by srun on every node)\n"), ("plan.json", "decides)\n")):
+        shown = dry.stdout.split(said)[1].split("#### ")[0]
+        assert (run_dir / name).read_text() == shown.replace(dry_run_dir[1], str(run_dir))
 
     status = run_cli("status", job_id, env=env)
     assert "COMPLETED" in status.stdout and "final test_acc " in status.stdout

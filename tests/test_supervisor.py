@@ -266,8 +266,7 @@ def test_a_lost_node_is_replaced_by_a_spare_and_let_go(
     assert job.scontrol() == [["JobId=42", f"NodeList={kept}"]]
     assert job.events[1] == ("restarted", {"why": "node_lost"})
     assert (tmp_path / "logs" / "attempt-0" / "heartbeats-lost-1" / protocol.LOST_FILE).exists()
-    gone_too = ",".join(["node2", *gone])
-    said = f"lost {gone_too}; starting the step again on {next_nodes} from the last checkpoint"
+    said = f"lost node2; starting the step again on {next_nodes} from the last checkpoint"
     assert said in job.out.getvalue()
     for node, why in gone.items():
         assert f"clustertrain: spare {node} is lost too ({why})\n" in job.err.getvalue()
@@ -279,6 +278,19 @@ def test_a_lost_node_with_no_spare_left_ends_the_job_with_5(tmp_path: Path) -> N
     assert [name for name, _ in job.events] == ["started", "restarted", "ended"]
     assert job.scontrol() == [["JobId=42", "NodeList=node1,node3"], ["JobId=42", "NodeList=node1"]]
     assert "lost node3 and no spare node is left: the job ends here" in job.err.getvalue()
+
+
+def test_a_spare_that_is_gone_too_leaves_none_and_the_end_names_the_steps_node(
+    tmp_path: Path,
+) -> None:
+    job = Job(tmp_path, [lose("node2")], spare_nodes=1, gone={"node3": "no answer in 8 s"})
+    assert job.run() == policy.Exit.NODE_LOST
+    assert job.scontrol() == [["JobId=42", "NodeList=node1"]]
+    assert job.err.getvalue().splitlines() == [
+        "clustertrain: spare node3 is lost too (no answer in 8 s)",
+        f"clustertrain: lost node2 and no spare node is left: the job ends here; its last "
+        f"checkpoint is in {tmp_path}/out/checkpoints",
+    ]
 
 
 def test_a_lost_node_with_no_spare_requeues_a_job_that_asks_for_it(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ class Outcome:
     status: int
     hang: str | None = None  # the watchdog's report, when it declared the step hung
     lost: tuple[str, ...] = ()  # the nodes its roll call did not hear from
+    spares_lost: tuple[str, ...] = ()  # spares that did not answer theirs, asked afterwards
     requeue_asked: bool = False  # a rank checkpointed and asked (runtime.request_requeue)
 
 
@@ -145,10 +146,9 @@ def _restart(outcome: Outcome, state: State, policy: Policy) -> Restart | None:
 def _lost(outcome: Outcome, state: State, policy: Policy, out_dir: str) -> Decision:
     """Nodes the roll call lost: a spare replaces each, else a requeue without them (when the
     job asks for one), else the end."""
-    lost = list(outcome.lost)
-    gone = ",".join(lost)
+    gone = ",".join(outcome.lost)
     try:
-        nodes, spares = replace(state.active, state.spares, lost)
+        nodes, spares = replace(state.active, state.spares, [*outcome.lost, *outcome.spares_lost])
     except LookupError:
         if policy.requeue_on_node_failure and state.attempt < policy.max_requeues:
             return Requeue(

@@ -17,6 +17,7 @@ Every call to Slurm or a process goes through :class:`Commands`, which the tests
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -303,14 +304,14 @@ class Supervisor:
         ones (a job holding one stays COMPLETING after its end until Slurm declares it down)."""
         beats = self.env[protocol.ENV_HEARTBEAT_DIR]
         os.replace(beats, f"{beats}-lost-{self.state.node_restarts + 1}")
-        lost = list(outcome.lost)
-        for node, why in self.commands.roll_call(self.state.spares).items():
+        gone = self.commands.roll_call(self.state.spares)
+        for node, why in gone.items():
             self.say(f"spare {node} is lost too ({why})", error=True)
-            lost.append(node)
+        lost = [*outcome.lost, *gone]
         kept = [n for n in self.state.active + self.state.spares if n not in lost]
         # scontrol writes its slurm_job_*_resize.sh files in its working directory.
         self.commands.run(self._update(f"NodeList={','.join(kept)}"), self.env["LOG_DIR"], True)
-        return policy.Outcome(outcome.status, outcome.hang, tuple(lost), outcome.requeue_asked)
+        return dataclasses.replace(outcome, spares_lost=tuple(gone))
 
     def _keep_heartbeats(self, suffix: str) -> None:
         """A restarted step's heartbeats and stacks stay in ``heartbeats-<suffix>``."""
