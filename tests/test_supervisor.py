@@ -19,7 +19,14 @@ import pytest
 
 from clustertrain import events, protocol
 from clustertrain.node import policy
-from clustertrain.node.supervisor import Commands, Plan, PlanError, Supervisor, main
+from clustertrain.node.supervisor import (
+    Commands,
+    Plan,
+    PlanError,
+    Supervisor,
+    main,
+    shell_status,
+)
 
 # What a scripted run of the step does: given the supervisor's environment, write what the
 # step leaves and return srun's exit status.
@@ -342,6 +349,12 @@ def test_the_time_limits_warning_reaches_every_rank_through_scancel(tmp_path: Pa
     assert ["scancel", f"--signal={protocol.STOP_SIGNAL}", "42"] in job.slurm.calls
     assert [n for n, _ in job.events] == ["started", "signal", "requeued"]
     assert job.events[1] == ("signal", {"why": "USR2"})
+
+
+def test_a_step_ended_by_a_signal_ends_the_job_as_a_shell_says_it(tmp_path: Path) -> None:
+    job = Job(tmp_path, [lambda env: -signal.SIGTERM])  # srun killed by the watchdog: Popen's -15
+    assert job.run() == 143 and job.events[-1] == ("ended", {"status": "143"})
+    assert shell_status(-9) == 137 and shell_status(0) == 0 and shell_status(3) == 3
 
 
 def test_a_cancel_ends_the_attempt_with_its_signals_status(tmp_path: Path) -> None:

@@ -141,7 +141,7 @@ class Commands:
     def run(self, argv: Sequence[str], cwd: str | None = None, quiet: bool = False) -> int:
         out = subprocess.DEVNULL if quiet else None
         done = subprocess.run(list(argv), cwd=cwd, stdout=out, check=False, env=self.env)
-        return done.returncode
+        return shell_status(done.returncode)
 
     def roll_call(self, nodes: list[str]) -> dict[str, str]:
         return rollcall.call(nodes)
@@ -287,7 +287,7 @@ class Supervisor:
             [sys.executable, "-m", "clustertrain.node.watchdog", str(beats),
              str(self.plan.hang_timeout_s), str(srun.pid), mode]
         )  # fmt: skip
-        status = srun.wait()  # a signal's handler runs, and the wait goes on (PEP 475)
+        status = shell_status(srun.wait())  # a handler runs, and the wait goes on (PEP 475)
         watchdog.terminate()
         watchdog.wait()
         hang, lost = beats / protocol.HANG_FILE, beats / protocol.LOST_FILE
@@ -335,6 +335,12 @@ class Supervisor:
         self.event(events.SIGNAL, why=protocol.STOP_SIGNAL)
         self.say("warning signal: asking every rank to checkpoint and stop")
         self.commands.run(["scancel", f"--signal={protocol.STOP_SIGNAL}", self.job_id])
+
+
+def shell_status(returncode: int) -> int:
+    """A process's status as a shell says it: one ended by signal N is 128 + N (Python says
+    -N), so that the job's exit status and its ``ended`` event read as they always have."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def _text(path: Path) -> str:
