@@ -139,6 +139,10 @@ def test_an_empty_variable_leaves_the_choice_to_the_file(config: Path, tmp_path:
         {"host": "login", "run_dir": "r/x", "clustertrain": "ct"},
         {"host": "login", "run_dir": "/r/x\n; reboot", "clustertrain": "ct"},
         {"host": "login", "run_dir": "/r/x", "clustertrain": "ct", "then": "reboot"},
+        # The folder's name is the JOB argument there: an option, or another folder.
+        {"host": "login", "run_dir": "/r/--help", "clustertrain": "ct"},
+        {"host": "login", "run_dir": "/r/..", "clustertrain": "ct"},
+        {"host": "login", "run_dir": "/r/x/", "clustertrain": "ct"},
         "not a record",
     ],
 )

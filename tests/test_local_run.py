@@ -146,3 +146,30 @@ def test_bad_input_is_one_line_and_nothing_is_written(env: dict[str, str], tmp_p
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "nodes" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_cancel_signals_no_process_that_a_forged_run_folder_names(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A run folder is anyone's to write: a local.json naming another process, with its true
+    start time (readable by anyone in /proc), neither makes it RUNNING nor gets it signalled."""
+    from clustertrain import runs
+    from clustertrain.procs import start_time
+    from clustertrain.render import render
+    from tests.conftest import job_spec
+
+    root = Path(env["CLUSTERTRAIN_RUNS_DIR"])
+    job = render(job_spec(nodes=1), str(runs.new_run_dir(root, "victim")), str(tmp_path))
+    runs.write_run_files(job)
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        run = runs.record_submission(job, f"local-{victim.pid}", "local")
+        forged = {"pid": victim.pid, "start_time": start_time(victim.pid)}
+        (run.path / "local.json").write_text(json.dumps(forged))
+        assert ": RUNNING" not in run_cli("status", run.job_id, env=env).stdout
+        run_cli("cancel", run.job_id, env=env)
+        time.sleep(0.5)
+        assert victim.poll() is None, "the forged pid was signalled"
+    finally:
+        victim.kill()
+        victim.wait()

@@ -132,3 +132,13 @@ def test_an_array_reads_as_one_state_with_a_count_per_state() -> None:
     )
     assert (done.state, done.finished) == ("FAILED", True)
     assert parse_scontrol_job("10_2", text.splitlines()[0]).state == "RUNNING"
+
+
+def test_a_name_swept_twice_on_the_command_line_is_refused(cli_env: dict[str, str]) -> None:
+    done = run_cli(
+        "submit", "--sweep", "lr=1,2", "--sweep", "lr=3", "--module", "pkg.train", "--dry-run",
+        env=cli_env,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("clustertrain: error: sweep: ") and "lr" in done.stderr
+    assert "--sweep lr=1,2,3" in done.stderr and done.stderr.count("\n") == 1

@@ -190,3 +190,22 @@ def test_plot_draws_one_png_of_a_run(tmp_path: Path) -> None:
     assert (tmp_path / "job9.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = run_cli("plot", "9", "-o", str(tmp_path / "job9.svg"), "--runs-dir", str(tmp_path))
     assert bad.returncode == 2 and "output:" in bad.stderr
+
+
+def test_plot_of_a_queued_job_draws_and_never_writes_through_a_planted_symlink(
+    tmp_path: Path,
+) -> None:
+    """A job still PENDING has its queued event only; a plot.png planted in its run folder as a
+    symlink (a run folder is anyone's to write) is replaced, its target left as it was."""
+    job = render(job_spec(nodes=2), str(runs.new_run_dir(tmp_path, "mnist")), "/w")
+    runs.write_run_files(job)
+    run = runs.record_submission(job, "9", "slurm")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (run.path / "plot.png").symlink_to(victim)
+    done = run_cli("plot", "9", "--runs-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "precious\n"
+    picture = run.path / "plot.png"
+    assert not picture.is_symlink() and picture.read_bytes().startswith(b"\x89PNG")
+    assert [p.name for p in run.path.iterdir() if p.name.startswith(".")] == []

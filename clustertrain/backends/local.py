@@ -42,6 +42,10 @@ STATE_FILE = "local.json"
 NODE = re.sub(r"[^A-Za-z0-9._-]", "-", os.uname().nodename) or "localhost"
 
 
+# The module a local run's supervisor runs as (python -m), which cancel checks it is.
+SUPERVISOR = "clustertrain.backends.local"
+
+
 def environment(spec: JobSpec, run_dir: Path, base: dict[str, str]) -> dict[str, str]:
     """What the batch script exports for the ranks (templates/slurm/sbatch.sh.j2), here."""
     env = dict(base)
@@ -91,13 +95,31 @@ def state(run_dir: Path, job_id: str) -> JobState:
         cancelled = record.get("cancelled") is True
         name = "CANCELLED" if cancelled else "COMPLETED" if code == 0 else "FAILED"
         return JobState(job_id, name, NODE, exit_code=f"{code}:0")
-    if isinstance(pid, int) and started is not None and start_time(pid) == started:
+    if isinstance(pid, int) and started is not None and _supervises(pid, started, run_dir):
         return JobState(job_id, "RUNNING", NODE)
     # The supervisor is gone without recording an end: killed (SIGKILL, a reboot).
     return JobState(job_id, "FAILED", NODE, reason="the local supervisor ended without a record")
 
 
+def _supervises(pid: int, started: object, run_dir: Path) -> bool:
+    """Whether ``pid`` is this run's supervisor, as clustertrain started it: its start time,
+    its owner (this user) and its command line (``python -m clustertrain.backends.local
+    RUN_DIR``). A run folder is anyone's to write: a pid and a start time in it are claims, and
+    every process's start time is readable in /proc."""
+    if start_time(pid) != started:
+        return False
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    except OSError:
+        return False
+    if owner != os.getuid() or len(argv) != 4 or argv[1:3] != [b"-m", SUPERVISOR.encode()]:
+        return False
+    return Path(os.fsdecode(argv[3])).resolve() == run_dir.resolve()
+
+
 def cancel(run_dir: Path, job_id: str) -> None:
+    """End the run: SIGTERM to its supervisor, only when it is provably this run's."""
     record = read_state(run_dir)
     pid = record.get("pid")
     if state(run_dir, job_id).state == "RUNNING" and isinstance(pid, int):
@@ -172,7 +194,7 @@ class LocalBackend(Backend):
             entrypoint.check(job.spec, job.workdir)
 
     def submit(self, job: RenderedJob) -> str:
-        argv = [sys.executable, "-m", "clustertrain.backends.local", job.run_dir]
+        argv = [sys.executable, "-m", SUPERVISOR, job.run_dir]
         supervisor = subprocess.Popen(argv)
         write_state(Path(job.run_dir), pid=supervisor.pid, start_time=start_time(supervisor.pid))
         job_id = f"local-{supervisor.pid}"

@@ -75,6 +75,14 @@ def of(run: Run) -> Remote | None:
     ssh.check_program(f"{path}: clustertrain", found.clustertrain)
     if not isinstance(found.run_dir, str) or not _SAFE_PATH.fullmatch(found.run_dir):
         raise UserError(f"{path}: bad value {printable(repr(found.run_dir))[:80]}")
+    # Its last part reaches the host's command line as the JOB argument (_run_words): one
+    # that starts with '-' would be read as an option there, '.' or '..' as another folder.
+    name = PurePosixPath(found.run_dir).name
+    if name.startswith("-") or name in ("", ".", "..") or found.run_dir.endswith("/"):
+        raise UserError(
+            f"{path}: bad run_dir {printable(repr(found.run_dir))[:80]}: its folder name must "
+            "not start with '-' nor be '.' or '..'"
+        )
     return found
 
 

@@ -10,6 +10,7 @@ goodput (:mod:`clustertrain.runs.timeline`). matplotlib is imported here only.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,15 @@ def draw(run: Run, out: Path, warn: Warn = None) -> Path:
         if ax.has_data():
             ax.legend(fontsize=8, loc="best")
     fig.suptitle(title, fontsize=13)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    # Written beside, then renamed over the name: a symlink planted at the name (a run folder
+    # is anyone's to write) is replaced, never written through.
+    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    try:
+        fig.savefig(partial, dpi=100, format="png")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+        plt.close(fig)
     return out
 
 

@@ -147,7 +147,7 @@ def waits(found: list[Event], runs: list[Attempt]) -> list[tuple[int, Phase]]:
     """Time in the queue before each attempt (from ``queued``, then from the last attempt's
     end), with the number of the attempt it precedes."""
     queued = next((e.time for e in found if e.name == events.QUEUED), None)
-    ends = [queued] + [a.end for a in runs[:-1]]
+    ends = ([queued] + [a.end for a in runs])[: len(runs)]  # none before a first attempt
     return [
         (attempt.number, Phase("queued", end, attempt.start))
         for end, attempt in zip(ends, runs, strict=True)

@@ -34,6 +34,12 @@ _MAX_VALUE = 256
 def parse(field: str, value: Any) -> Sweep:
     """A job file's mapping ``{name: [values]}`` or the flags' ``["name=v1,v2", ...]``."""
     if isinstance(value, list | tuple):
+        names = [str(item).partition("=")[0] for item in value]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:
+            raise FieldError(
+                field, twice, f"is swept twice; give its values once, e.g. --sweep {twice}=1,2,3"
+            )
         flags = flag_mapping(field, value, "--sweep lr=0.1,0.2")
         value = {name: values.split(",") for name, values in flags.items()}
     if not isinstance(value, Mapping):
