@@ -7,15 +7,27 @@ the rank side alike.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from clustertrain.errors import UserError
 
 
 class RunFolderError(UserError):
     """A run folder whose files are not what clustertrain wrote."""
+
+
+def parse_json(data: bytes | str, what: str) -> Any:
+    """``data`` as JSON. What is not UTF-8, not JSON, nested deeper than the decoder goes
+    (its RecursionError) or holds an integer too long to read is a :class:`RunFolderError`
+    naming ``what``: one forged file says so in one line, it breaks no listing."""
+    try:
+        return json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise RunFolderError(f"{what}: not the JSON clustertrain writes") from None
 
 
 def printable(text: str) -> str:

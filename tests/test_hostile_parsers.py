@@ -273,6 +273,11 @@ BAD_RECORDS: list[tuple[str, bytes]] = [
     ("an extra key", json.dumps({**GOOD, "script": "x"}).encode()),
     ("a long name", json.dumps({**GOOD, "name": "x" * 1000}).encode()),
     ("over the size cap", json.dumps({**GOOD, "name": "x" * 100_000}).encode()),
+    ("nested too deeply", b"[" * 30_000 + b"]" * 30_000),  # under the 64 KiB cap
+    ("a number of 5,000 digits", b'{"nodes": ' + b"9" * 5000 + b"}"),
+    ("a metric that is code", json.dumps({**GOOD, "metric": "x; rm -rf ~"}).encode()),
+    ("an unknown backend", json.dumps({**GOOD, "backend": "k8s"}).encode()),
+    ("an id of another backend", json.dumps({**GOOD, "backend": "local"}).encode()),
 ]
 
 

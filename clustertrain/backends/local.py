@@ -25,7 +25,7 @@ from clustertrain import protocol
 from clustertrain.backends import entrypoint
 from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
-from clustertrain.files import RunFolderError, read_regular
+from clustertrain.files import RunFolderError, parse_json, read_regular
 from clustertrain.jobstate import JOB_IDS, JobState
 from clustertrain.procs import start_time
 from clustertrain.render import (
@@ -81,8 +81,8 @@ def write_state(run_dir: Path, **fields: Any) -> None:
 
 def read_state(run_dir: Path) -> dict[str, Any]:
     try:
-        record = json.loads(read_regular(run_dir / STATE_FILE, 4096).decode("utf-8"))
-    except (RunFolderError, UnicodeDecodeError, ValueError):
+        record = parse_json(read_regular(run_dir / STATE_FILE, 4096), STATE_FILE)
+    except RunFolderError:
         return {}
     return record if isinstance(record, dict) else {}
 

@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
-from clustertrain.files import RunFolderError, printable, read_regular
+from clustertrain.files import RunFolderError, parse_json, printable, read_regular
 from clustertrain.jobstate import JOB_ID, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run, read_run
@@ -67,7 +67,7 @@ def of(run: Run) -> Remote | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(read_regular(path, 16 << 10).decode("utf-8"))
+        data = parse_json(read_regular(path, 16 << 10), str(path))
         found = Remote(**data)
     except (RunFolderError, UnicodeDecodeError, ValueError, TypeError):
         raise UserError(f"{path}: not a clustertrain remote record") from None
@@ -243,8 +243,8 @@ class RemoteBackend(Backend):
     def state(self, run: Run) -> JobState:
         said = self._ask("status", "--json")
         try:
-            return JobState.from_dict(json.loads(said))
-        except ValueError as error:
+            return JobState.from_dict(parse_json(said, "status --json"))
+        except (RunFolderError, ValueError) as error:
             raise UserError(
                 f"host: {self.remote.host}: status said no job state ({error})"
             ) from None

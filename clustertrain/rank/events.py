@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
-from clustertrain.files import RunFolderError, read_regular
+from clustertrain.files import RunFolderError, parse_json, read_regular
 from clustertrain.protocol import METRIC_NAME
 
 # The names of the submit side's, the supervisor's and the watchdog's events, said here once:
@@ -115,8 +115,8 @@ def scan(path: Path, start: float = -math.inf, end: float = math.inf) -> tuple[l
 
 def _parse(line: str) -> Event | None:
     try:
-        raw = json.loads(line)
-    except ValueError:
+        raw = parse_json(line, "event")
+    except RunFolderError:
         return None
     if not isinstance(raw, dict) or raw.get("event") not in NAMES:
         return None

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
-from clustertrain.files import RunFolderError, printable, read_regular
+from clustertrain.files import RunFolderError, parse_json, printable, read_regular
 from clustertrain.jobstate import JOB_IDS
 from clustertrain.rank import events
 from clustertrain.render import RenderedJob, container
@@ -120,8 +120,8 @@ class Run:
         records = []
         for line in data.decode("utf-8", "replace").splitlines():
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = parse_json(line, protocol.METRICS_FILE)
+            except RunFolderError:
                 continue
             if isinstance(record, dict):
                 records.append(record)
@@ -251,8 +251,8 @@ def read_run(path: Path) -> Run:
     """The run recorded in ``path``, with every field of ``job.json`` checked."""
     data = read_regular(path / RECORD, _MAX_RECORD_BYTES)
     try:
-        record = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        record = parse_json(data, str(path / RECORD))
+    except RunFolderError:
         raise RunFolderError(f"{path / RECORD}: not JSON") from None
     if (
         not isinstance(record, dict)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain.errors import FieldError
-from clustertrain.files import RunFolderError, read_regular
+from clustertrain.files import RunFolderError, parse_json, read_regular
 from clustertrain.spec.jobfile import flag_mapping
 
 Sweep = tuple[tuple[str, tuple[str, ...]], ...]
@@ -110,7 +110,7 @@ def read_table(run_dir: Path) -> dict[int, dict[str, str]]:
     it is not what clustertrain wrote."""
 
     try:
-        data = json.loads(read_regular(run_dir / TABLE, 16 << 20).decode("utf-8"))
+        data = parse_json(read_regular(run_dir / TABLE, 16 << 20), str(run_dir / TABLE))
         rows = data["tasks"]
         table = {int(r["task"]): {str(k): str(v) for k, v in r["params"].items()} for r in rows}
     except (RunFolderError, ValueError, KeyError, TypeError, AttributeError):
