@@ -62,15 +62,19 @@ def _name(field: str, name: Any) -> str:
 def _values(field: str, values: Any) -> tuple[str, ...]:
     if not isinstance(values, list | tuple):
         values = [values]
-    texts = []
+    if len(values) > MAX_TASKS:  # counted before anything is checked or expanded
+        raise FieldError(field, len(values), f"is {len(values)} values; sweep at most {MAX_TASKS}")
+    texts: list[str] = []
+    seen: set[str] = set()
     for value in values:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise FieldError(field, value, "must be a number or a word")
         text = str(value)
         if not text or len(text) > _MAX_VALUE or not text.isprintable():
             raise FieldError(field, text, f"must be 1 to {_MAX_VALUE} printable characters")
-        if text in texts:
+        if text in seen:
             raise FieldError(field, text, "is given twice; give each value once")
+        seen.add(text)
         texts.append(text)
     if not texts:
         raise FieldError(field, "", "is empty; give at least one value, e.g. lr=0.1,0.2")
