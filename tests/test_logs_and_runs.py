@@ -316,3 +316,23 @@ def test_a_run_records_its_backend_and_its_id_is_checked_against_it(tmp_path: Pa
     del record["backend"]  # recorded before the field: read as Slurm's (an old local run: refused)
     (run.path / runs.RECORD).write_text(json.dumps(record))
     assert runs.read_run(run.path).backend == "slurm"
+
+
+def test_a_failure_report_is_read_line_by_line_whatever_the_stderr_holds() -> None:
+    """46 kB of headings without their fields once made one regular expression backtrack for
+    over a minute (`status` of such a job hung); line by line it is one pass."""
+    hostile = ["Root Cause (first observed failure): time : x rank : y"] * 850  # 46 kB
+    assert logs.root_cause(hostile) is None
+    report = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-12-06_01:02:03",
+        "  host      : node2",
+        "  rank      : 3 (local_rank: 1)",
+        "  exitcode  : -6 (pid: 4242)",
+    ]
+    assert logs.root_cause([*hostile[:50], *[""] * 40, *report]) == {
+        "time": ("2026-12-06_01:02:03",),
+        "rank": ("3", "1"),
+        "exit": ("-6",),
+    }

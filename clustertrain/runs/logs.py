@@ -25,12 +25,19 @@ from clustertrain.runs.follow import ATTEMPT, CYCLE_S, LogFile, Tail, list_log_f
 
 _RANK_PREFIX = protocol.RANK_PREFIX
 _LOCAL_RANK_PREFIX = protocol.LOCAL_RANK_PREFIX
-# torchelastic's failure report (ChildFailedError), which torchrun and accelerate print.
-_ROOT_CAUSE = re.compile(
-    r"Root Cause \(first observed failure\):.*?time\s*: (?P<time>\S+).*?"
-    r"rank\s*: (?P<rank>\d+) \(local_rank: (?P<local>\d+)\).*?exitcode\s*: (?P<exit>-?\d+)",
-    re.DOTALL,
-)
+# torchelastic's failure report (ChildFailedError), which torchrun and accelerate print: a
+# heading, then a field a line. Read line by line, each pattern anchored to its field's name:
+# one regular expression across the whole text (three lazy ".*?" with DOTALL) backtracked for
+# over a minute on 46 kB of a rank's stderr.
+_CAUSE_HEADING = "Root Cause (first observed failure):"
+_CAUSE_LINES = 40  # the report's fields follow its heading within these
+_CAUSE_FIELDS = {
+    "time": re.compile(r"\btime\s*: (\S+)"),
+    "rank": re.compile(r"\brank\s*: (\d+) \(local_rank: (\d+)\)"),
+    "exit": re.compile(r"\bexitcode\s*: (-?\d+)"),
+}
+# A rank's stderr is read from its end: the report is there, and a log may be gigabytes.
+_FAILURE_TAIL_BYTES = 1 << 20
 FAILURE_TAIL_LINES = 6
 # srun's words when Slurm declares a node of the step down (NODE_FAIL).
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.MULTILINE)
@@ -152,6 +159,22 @@ def _numbered(folder: Path, name: re.Pattern[str]) -> list[Path]:
     return [p for m, p in sorted(found, key=lambda pair: int(pair[0][1]))]
 
 
+def root_cause(lines: list[str]) -> dict[str, tuple[str, ...]] | None:
+    """The fields of the first failure report among ``lines`` that has them all (time, rank
+    and local rank, exit code), each field's captured words; None without one."""
+    for at, line in enumerate(lines):
+        if _CAUSE_HEADING not in line:
+            continue
+        found: dict[str, tuple[str, ...]] = {}
+        for below in lines[at + 1 : at + 1 + _CAUSE_LINES]:
+            for name, pattern in _CAUSE_FIELDS.items():
+                if name not in found and (match := pattern.search(below)):
+                    found[name] = match.groups()
+        if len(found) == len(_CAUSE_FIELDS):
+            return found
+    return None
+
+
 def first_failure(run: Run) -> Failure | None:
     files = [log for log in log_files(run) if log.stream == "err" and log.node != "batch"]
     if not files:
@@ -161,12 +184,15 @@ def first_failure(run: Run) -> Failure | None:
     for log in files:
         if log.attempt != last_attempt:
             continue
-        text = log.path.read_text(encoding="utf-8", errors="replace")
-        cause = _ROOT_CAUSE.search(text)
+        try:
+            data = read_regular(log.path, _FAILURE_TAIL_BYTES, tail=True)
+        except RunFolderError:
+            continue
+        text = data.decode("utf-8", "replace")
+        cause = root_cause(text.splitlines())
         if cause is None:
             continue
-        rank = int(cause["rank"])
-        local = int(cause["local"])
+        rank, local = int(cause["rank"][0]), int(cause["rank"][1])
         own = [
             rest
             for got_rank, got_local, rest in map(_split_prefix, text.splitlines())
@@ -174,11 +200,11 @@ def first_failure(run: Run) -> Failure | None:
         ]
         error = next((line for line in reversed(own) if _ERROR_LINE.match(line)), None)
         tail = tuple(own[-FAILURE_TAIL_LINES:])
-        failure = Failure(rank, log.node, int(cause["exit"]), tail, error)
+        failure = Failure(rank, log.node, int(cause["exit"][0]), tail, error)
         # Reports carry whole seconds: on a tie, a rank killed by a signal, or one that did not
         # just lose a peer, is the better suspect.
         peer_died = bool(fold.PEER_FAILED.search("\n".join(own)))
-        found.append(((cause["time"], failure.exit_code >= 0, peer_died), failure))
+        found.append(((cause["time"][0], failure.exit_code >= 0, peer_died), failure))
     return min(found, key=lambda item: item[0])[1] if found else None
 
 
