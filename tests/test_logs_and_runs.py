@@ -336,3 +336,30 @@ def test_a_failure_report_is_read_line_by_line_whatever_the_stderr_holds() -> No
         "rank": ("3", "1"),
         "exit": ("-6",),
     }
+
+
+def test_a_huge_line_and_a_huge_log_are_read_in_bounded_pieces(tmp_path: Path) -> None:
+    """A 3 MiB line comes out in pieces of at most MAX_PARTIAL, both when read and followed;
+    a log that grew by 20 MiB at once is followed a chunk a cycle, every line once."""
+    run = _make_run(tmp_path, "7")
+    folder = run.logs_dir / "attempt-0"
+    folder.mkdir()
+    big = b"x" * (3 * follow.MAX_PARTIAL) + b"\nafter\n"
+    (folder / "node1.out").write_bytes(big)
+    read = [line.split(" | ", 1)[1] for line in logs.read_all(run, logs.Filter())]
+    assert read[-1] == "after" and len(read) == 4
+    assert max(len(piece) for piece in read) <= follow.MAX_PARTIAL
+    many = b"".join(b"line %08d\n" % i for i in range(2_000_000))  # 30 MiB
+    (folder / "node2.out").write_bytes(many)
+    now = [0.0]
+    tail = _tail(run.logs_dir, now)
+    seen = []
+    for _ in range(20):
+        seen += [raw for log, raw in _cycle_logs(tail, now) if log.node == "node2"]
+    seen += [raw for log, raw in tail.finish() if log.node == "node2"]
+    assert len(seen) == 2_000_000 and seen[-1] == b"line 01999999" and len(set(seen)) == len(seen)
+
+
+def _cycle_logs(tail: follow.Tail, now: list[float]) -> list[tuple[follow.LogFile, bytes]]:
+    now[0] += follow.CYCLE_S
+    return list(tail.poll())

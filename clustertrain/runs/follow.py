@@ -34,6 +34,9 @@ SWEEP_CYCLES = 3
 QUIET_AFTER_S = 5.0
 RESCAN_S = 2.0
 MAX_PARTIAL = 1 << 20
+# At most this much of one file is read at a time: a log that grew by a gigabyte is read over
+# several cycles (the rest at the next), never held whole.
+READ_CHUNK = 8 << 20
 ATTEMPT = re.compile(re.escape(protocol.ATTEMPT_DIR) + r"(\d+)")
 _NODE_FILE = re.compile(r"([A-Za-z0-9._-]+)\.(out|err)")
 
@@ -181,6 +184,15 @@ class Tail:
         return rescan or seen != mtime
 
     def _read(self, tracked: _Tracked, final: bool) -> Iterator[tuple[LogFile, bytes]]:
+        """The new complete lines of ``tracked`` (READ_CHUNK at most; with ``final``, all that
+        is there, chunk after chunk, and the last partial line)."""
+        while True:
+            size_before = tracked.offset
+            yield from self._read_chunk(tracked, final)
+            if not final or tracked.offset == size_before:
+                return
+
+    def _read_chunk(self, tracked: _Tracked, final: bool) -> Iterator[tuple[LogFile, bytes]]:
         try:
             # O_NOFOLLOW: a log replaced by a symlink since it was listed is not read.
             fd = os.open(tracked.log.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -193,11 +205,12 @@ class Tail:
             if info.st_size < tracked.offset:
                 tracked.offset, tracked.partial = 0, b""  # truncated: start again
             handle.seek(tracked.offset)
-            chunk = tracked.partial + handle.read()
+            chunk = tracked.partial + handle.read(READ_CHUNK)
             tracked.offset = handle.tell()
+            at_end = tracked.offset >= info.st_size
         lines = chunk.split(b"\n")
         rest = lines.pop()
-        if rest and (final or len(rest) > MAX_PARTIAL):
+        if rest and ((final and at_end) or len(rest) > MAX_PARTIAL):
             lines.append(rest)
             rest = b""
         tracked.partial = rest

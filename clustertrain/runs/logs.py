@@ -10,7 +10,9 @@ What follows a rank's failure is folded to a line per run unless asked for raw
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,7 +23,14 @@ from clustertrain import protocol
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import JobState
 from clustertrain.runs import Run, fold, tasks
-from clustertrain.runs.follow import ATTEMPT, CYCLE_S, LogFile, Tail, list_log_files
+from clustertrain.runs.follow import (
+    ATTEMPT,
+    CYCLE_S,
+    MAX_PARTIAL,
+    LogFile,
+    Tail,
+    list_log_files,
+)
 
 _RANK_PREFIX = protocol.RANK_PREFIX
 _LOCAL_RANK_PREFIX = protocol.LOCAL_RANK_PREFIX
@@ -229,11 +238,27 @@ def read_all(run: Run, filters: Filter) -> Iterator[str]:
         for log in log_files(view):
             if not filters.wants_file(log):
                 continue
-            text = log.path.read_text(encoding="utf-8", errors="replace")
             reader = _Reader(run, log, filters, prefix)
-            for line in text.splitlines():
+            for line in _lines(log.path):
                 yield from reader.feed(line)
             yield from reader.finish()
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a log, read a line at a time (a line over MAX_PARTIAL comes in pieces of
+    that size), never through a symlink: a log may be gigabytes, or planted."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        cut = False
+        while raw := handle.readline(MAX_PARTIAL):
+            if not (cut and raw == b"\n"):  # the end of a line already given in pieces
+                yield raw.rstrip(b"\n").decode("utf-8", "replace")
+            cut = not raw.endswith(b"\n")
 
 
 def follow(
