@@ -10,7 +10,11 @@ class FieldError(UserError):
 
     def __init__(self, field: str, value: object, valid: str) -> None:
         self.field, self.value, self.valid = field, value, valid
-        shown = repr(value)
+        if isinstance(value, int) and not -(10**80) < value < 10**80:
+            # repr of an int of thousands of digits raises (Python's 4,300-digit limit).
+            shown = f"an integer of about {value.bit_length() * 3 // 10} digits"
+        else:
+            shown = repr(value)
         if len(shown) > 80:
             shown = shown[:60] + f"... ({len(shown)} characters)"
         super().__init__(f"{field}: invalid value {shown}; {valid}")

@@ -134,6 +134,12 @@ RESERVED_ENV = [
 # 3. YAML 1.1 scalars in job files: (text, field refused). Numbers where text is meant are read
 # as their text instead (below).
 YAML_REFUSED: list[tuple[str, str]] = [
+    # Readers that were not bounded: an explicit !!int of 5,000 hex digits (its repr raised),
+    # one of 5,000 decimal digits (over Python's limit), keys that are lists or mappings.
+    ("nodes: !!int 0x" + "f" * 5000 + "\n", "nodes"),
+    ("nodes: !!int " + "9" * 5000 + "\n", "job file"),
+    ("? [1, 2]\n: 3\n", "job file"),
+    ("{a: 1}: 2\n", "job file"),
     ("nodes: 010\n", "nodes"),
     ("nodes: 0x10\n", "nodes"),
     ("nodes: 0o10\n", "nodes"),

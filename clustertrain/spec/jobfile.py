@@ -36,6 +36,10 @@ def _loader() -> type:
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise FieldError(
+                        "job file", "a key that is a list or a mapping", "keys are field names"
+                    )
                 key = self.construct_object(key_node, deep=True)
                 if key in seen:
                     raise FieldError(
@@ -143,6 +147,8 @@ def parse(data: bytes, path: str = "<job file>", what: str = "job file") -> Any:
         return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise FieldError(what, path, f"is nested too deeply to be a {what}") from None
+    except ValueError:  # an explicit !!int of thousands of digits (Python's 4,300-digit limit)
+        raise FieldError(what, path, "holds a number too long to read; write it out") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
