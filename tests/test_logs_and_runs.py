@@ -363,3 +363,31 @@ def test_a_huge_line_and_a_huge_log_are_read_in_bounded_pieces(tmp_path: Path) -
 def _cycle_logs(tail: follow.Tail, now: list[float]) -> list[tuple[follow.LogFile, bytes]]:
     now[0] += follow.CYCLE_S
     return list(tail.poll())
+
+
+def test_symlinked_folders_inside_a_run_folder_are_not_followed(tmp_path: Path) -> None:
+    """tasks/, out/ and a hung step's heartbeats planted as symlinks to folders elsewhere: their
+    files are not read (status, results, the hang report)."""
+    import json
+
+    from clustertrain import protocol
+    from clustertrain.spec import sweep
+
+    run = _make_run(tmp_path / "runs", "8")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "0").mkdir(parents=True)
+    (elsewhere / "metrics.jsonl").write_text(json.dumps({"event": "done", "secret": 1}) + "\n")
+    (elsewhere / protocol.HANG_FILE).write_text("a secret of someone else's\n")
+    sweep.write_table(run.path, (("lr", ("1",)),))
+    (run.path / sweep.TASKS_DIR).symlink_to(elsewhere)
+    with pytest.raises(UserError, match="a symlink, not a task's folder"):
+        runs.tasks(run)
+    if run.out_dir.exists():
+        run.out_dir.rmdir()
+    run.out_dir.symlink_to(elsewhere)
+    assert run.metrics() == [] and run.final_metrics() is None
+    attempt = run.logs_dir / "attempt-0"
+    attempt.mkdir(parents=True)
+    (attempt / f"{protocol.HEARTBEAT_DIR}-hung-1").symlink_to(elsewhere)
+    (attempt / protocol.HEARTBEAT_DIR).symlink_to(elsewhere)
+    assert logs.hang(run) is None

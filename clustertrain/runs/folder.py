@@ -111,6 +111,8 @@ class Run:
         """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``); of its
         last ``tail`` bytes only if given. A line that is not a JSON object is skipped: a run
         folder is anyone's, and a job killed mid-write leaves half a line."""
+        if self.out_dir.is_symlink():  # what the ranks wrote is in the run folder, or nowhere
+            return []
         try:
             data = read_regular(
                 self.out_dir / protocol.METRICS_FILE, tail or _MAX_METRICS, tail=tail is not None
@@ -211,9 +213,13 @@ def tasks(run: Run) -> list[Run]:
 
 
 def task(run: Run, number: int) -> Run:
-    return dataclasses.replace(
-        run, path=run.path / sweep.TASKS_DIR / str(number), job_id=f"{run.job_id}_{number}"
-    )
+    """Task ``number`` of a sweep, whose folder is ``tasks/K`` of the run folder, there: a
+    ``tasks`` or task folder that is a symlink (a run folder is anyone's) is refused."""
+    folder = run.path / sweep.TASKS_DIR / str(number)
+    for part in (folder.parent, folder):
+        if part.is_symlink():
+            raise RunFolderError(f"{part}: a symlink, not a task's folder; it is not read")
+    return dataclasses.replace(run, path=folder, job_id=f"{run.job_id}_{number}")
 
 
 # job.json's fields: (type, check) each; anything else in the file is refused.

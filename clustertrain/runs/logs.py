@@ -147,10 +147,14 @@ class Failure:
 def hang(run: Run) -> str | None:
     """What the watchdog said of the newest attempt that hung (clustertrain.node.watchdog)."""
     found = None
+    if run.logs_dir.is_symlink():
+        return None
     for folder in _numbered(run.logs_dir, ATTEMPT):
         # The steps restarted after a hang in order (heartbeats-hung-K), then the last one.
         hung = _numbered(folder, re.compile(re.escape(protocol.HEARTBEAT_DIR) + r"-hung-(\d+)"))
         for beats in [*hung, folder / protocol.HEARTBEAT_DIR]:
+            if beats.is_symlink():
+                continue
             try:
                 said = read_regular(beats / protocol.HANG_FILE, 64 << 10)
             except RunFolderError:
@@ -162,7 +166,11 @@ def hang(run: Run) -> str | None:
 def _numbered(folder: Path, name: re.Pattern[str]) -> list[Path]:
     """The subfolders of ``folder`` whose names ``name`` matches, by the number it captures."""
     try:
-        found = [(m, p) for p in folder.iterdir() if (m := name.fullmatch(p.name))]
+        found = [
+            (m, p)
+            for p in folder.iterdir()
+            if (m := name.fullmatch(p.name)) and not p.is_symlink()  # never out of the run
+        ]
     except OSError:
         return []
     return [p for m, p in sorted(found, key=lambda pair: int(pair[0][1]))]
