@@ -11,7 +11,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from clustertrain.errors import UserError
 
@@ -40,21 +40,26 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
 
 
-def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
-    """At most ``limit`` bytes of a regular file (the last ones with ``tail``); a symlink, a
-    FIFO or a device is refused without blocking."""
+def open_regular(path: Path) -> BinaryIO:
+    """A regular file, open for reading: a symlink (even one put there since the file was
+    listed), a FIFO or a device is refused without blocking, as :class:`RunFolderError`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise RunFolderError(f"{path}: not a regular file")
-        if tail and info.st_size > limit:
-            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
-        elif not tail and info.st_size > limit:
-            raise RunFolderError(f"{path}: larger than {limit} bytes")
-        return os.read(fd, limit)
-    finally:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked first: fdopen refuses a folder
         os.close(fd)
+        raise RunFolderError(f"{path}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
+    """At most ``limit`` bytes of a regular file (:func:`open_regular`), the last ones with
+    ``tail``; a larger file without ``tail`` is refused."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if tail and size > limit:
+            handle.seek(size - limit)
+        elif not tail and size > limit:
+            raise RunFolderError(f"{path}: larger than {limit} bytes")
+        return handle.read(limit)

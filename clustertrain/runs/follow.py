@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clustertrain import protocol
+from clustertrain.files import RunFolderError, open_regular
 
 CYCLE_S = 0.25
 SWEEP_CYCLES = 3
@@ -193,15 +193,12 @@ class Tail:
                 return
 
     def _read_chunk(self, tracked: _Tracked, final: bool) -> Iterator[tuple[LogFile, bytes]]:
-        try:
-            # O_NOFOLLOW: a log replaced by a symlink since it was listed is not read.
-            fd = os.open(tracked.log.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        try:  # a log replaced by a symlink since it was listed is not read
+            handle = open_regular(tracked.log.path)
+        except RunFolderError:
             return
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return
+        with handle:
+            info = os.fstat(handle.fileno())
             if info.st_size < tracked.offset:
                 tracked.offset, tracked.partial = 0, b""  # truncated: start again
             handle.seek(tracked.offset)

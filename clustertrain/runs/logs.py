@@ -10,9 +10,7 @@ What follows a rank's failure is folded to a line per run unless asked for raw
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from clustertrain import protocol
-from clustertrain.files import RunFolderError, printable, read_regular
+from clustertrain.files import RunFolderError, open_regular, printable, read_regular
 from clustertrain.jobstate import JobState
 from clustertrain.runs import Run, fold, tasks
 from clustertrain.runs.follow import (
@@ -256,12 +254,10 @@ def _lines(path: Path) -> Iterator[str]:
     """The lines of a log, read a line at a time (a line over MAX_PARTIAL comes in pieces of
     that size), never through a symlink: a log may be gigabytes, or planted."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        handle = open_regular(path)
+    except RunFolderError:
         return
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return
+    with handle:
         cut = False
         while raw := handle.readline(MAX_PARTIAL):
             if not (cut and raw == b"\n"):  # the end of a line already given in pieces
