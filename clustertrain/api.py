@@ -189,6 +189,14 @@ def backend_for(run: runs.Run) -> Backend:
     return backends.named(run.backend)
 
 
+def login_node(run: runs.Run) -> str | None:
+    """The login node that answers for ``run`` (submitted with a host), else None."""
+    from clustertrain.backends import remote  # lazy: start-up time
+
+    far = remote.of(run)
+    return None if far is None else far.host
+
+
 class Job:
     """A submitted job, found through its run folder. Every property reads afresh."""
 
@@ -251,6 +259,12 @@ class Job:
 
     def cancel(self) -> None:
         self.backend.cancel(self.run)
+
+    def relay(self, command: str, *args: str, follow: bool = False) -> int | None:
+        """The CLI's ``command`` on this job, answered by the clustertrain that owns it where
+        that is another's (a login node's: its output is printed here, its exit status comes
+        back); None where this side answers (see :meth:`Backend.relay`)."""
+        return self.backend.relay(self.run, command, args, follow)
 
     def metrics(self) -> list[dict[str, Any]]:
         """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``)."""

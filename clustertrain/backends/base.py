@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from clustertrain.jobstate import JobState
@@ -60,3 +60,15 @@ class Backend(ABC):
 
     def sync(self, run: Run) -> None:  # noqa: B027 - a hook: most backends write here already
         """Bring what the run folder's events and metrics say up to date here."""
+
+    def relay(
+        self, run: Run, command: str, args: Sequence[str] = (), follow: bool = False
+    ) -> int | None:
+        """For a backend whose answers are another clustertrain's (a login node's): run the
+        CLI's ``command`` on ``run`` there, its output here, and return its exit status. None
+        where this side answers itself, as every backend but the remote one does."""
+        return None
+
+    def host(self) -> str | None:
+        """The login node that answers for this backend's runs, if another host does."""
+        return None

@@ -201,22 +201,13 @@ class Streamed:
         ssh.fail(self.remote.host, self.words, 255, "")
 
 
-def follow(remote: Remote, args: Sequence[str], out: IO[str] = sys.stdout) -> int:
+def _follow(remote: Remote, args: Sequence[str], out: IO[str] = sys.stdout) -> int:
     """``logs --follow`` on the host, here; its exit status."""
     streamed = Streamed(remote, args)
     for line in streamed:
         out.write(line)
         out.flush()
     return streamed.status
-
-
-def filter_words(filters: Filter) -> list[str]:
-    """``logs``' options that select what ``filters`` selects."""
-    words = ["--rank", str(filters.rank)] if filters.rank is not None else []
-    words += ["--node", filters.node] if filters.node else []
-    return words + [
-        flag for flag, on in (("--errors", filters.errors), ("--raw", filters.raw)) if on
-    ]
 
 
 class RemoteBackend(Backend):
@@ -253,10 +244,18 @@ class RemoteBackend(Backend):
         self._ask("cancel")
 
     def logs(self, run: Run, filters: Filter, follow: bool = False) -> Iterator[str]:
-        return (line.rstrip("\n") for line in Streamed(self.remote, filter_words(filters), follow))
+        return (line.rstrip("\n") for line in Streamed(self.remote, filters.words(), follow))
 
     def sync(self, run: Run) -> None:
         fetch(self.remote, run.path)
+
+    def relay(self, run: Run, command: str, args: Sequence[str] = (), follow: bool = False) -> int:
+        if command == "logs" and follow:
+            return _follow(self.remote, args)
+        return forward(self.remote, command, args)
+
+    def host(self) -> str:
+        return self.remote.host
 
     def _ask(self, command: str, *args: str) -> str:
         """``clustertrain COMMAND RUN ARGS`` on the host; its output, or its error as one line."""

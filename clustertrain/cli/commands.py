@@ -23,7 +23,6 @@ from clustertrain.cli.options import (
     runs_dir_option,
     spec_fields,
     spec_options,
-    without_remote_options,
 )
 from clustertrain.errors import UserError
 from clustertrain.files import printable
@@ -42,7 +41,6 @@ class _SubmitCommand(click.Command):
     """Keeps everything after ``--`` for the training script, untouched by option parsing."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["argv"] = list(args)  # as given: --host passes it on to the login node
         if "--" in args:
             cut = args.index("--")
             ctx.meta["train_args"] = tuple(args[cut + 1 :])
@@ -100,9 +98,14 @@ def submit(
 
     extra = spec_fields(ctx, replace_args, flags)
     if host:
-        # Refused here first, in one line, before anything reaches the host.
-        api.plan(job_file, extra_args=extra, runs_dir=runs_dir, skip_prepare=skip_prepare, **flags)
-        _submit_remote(ctx, host, runs_dir, allow_dirty, remote_clustertrain)
+        # Checked here first, then said again to the login node as flags (spec.flags).
+        far = api.submit(
+            job_file, dry_run=dry_run, preflight=not no_preflight, extra_args=extra,
+            runs_dir=runs_dir, host=host, allow_dirty=allow_dirty,
+            remote_clustertrain=remote_clustertrain, skip_prepare=skip_prepare, **flags,
+        )  # fmt: skip
+        if isinstance(far, api.Job):
+            click.echo(f"here: {far.run_dir} (status, logs and cancel ask {host})")
         return
     if dry_run:
         job = api.plan(
@@ -126,19 +129,6 @@ def submit(
     )
     click.echo(f"run folder: {submitted.run_dir}")
     click.echo(f"follow it:  clustertrain logs {submitted.job_id} --follow")
-
-
-def _submit_remote(
-    ctx: click.Context, host: str, runs_dir: str | None, allow_dirty: bool, given: str | None
-) -> None:
-    from clustertrain import api
-    from clustertrain.backends import hosts
-
-    clustertrain = hosts.clustertrain_for(host, given)
-    args = without_remote_options(ctx.meta["argv"])
-    submitted = api.submit_remote(host, args, runs_dir, allow_dirty, clustertrain)
-    if submitted is not None:
-        click.echo(f"here: {submitted.run_dir} (status, logs and cancel ask {host})")
 
 
 @cli.command(
@@ -214,15 +204,15 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
     def warn(message: str) -> None:
         click.echo(f"clustertrain: warning: {message}", err=True)
 
-    from clustertrain.backends import remote
+    from clustertrain.api import login_node
 
     for run in runs.all_runs(runs.runs_root(runs_dir), warn)[:limit]:
-        far = remote.of(run)
+        host = login_node(run)
         click.echo(
             f"{run.job_id:>8}  {printable(run.submitted_at)}  {printable(run.name):<16} "
             f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
-            f"{printable(str(run.path))}{_sweep_counts(run) if far is None else ''}"
-            + (f"  on {far.host}" if far else "")
+            f"{printable(str(run.path))}{_sweep_counts(run) if host is None else ''}"
+            + (f"  on {host}" if host else "")
         )
 
 
@@ -249,7 +239,7 @@ def cancel(job: str, runs_dir: str | None) -> None:
     from clustertrain.api import Job
 
     attached = Job.attach(job, runs_dir)
-    cli_runs.forward_remote(attached, "cancel")
+    cli_runs.relayed(attached, "cancel")
     attached.cancel()
     click.echo(f"cancelled job {attached.job_id}")
 
@@ -288,13 +278,12 @@ def logs(
     the consequences in other ranks and launchers are folded to one line per run (--raw
     shows them)."""
     from clustertrain.api import Job
-    from clustertrain.backends.remote import filter_words
     from clustertrain.runs import logs as joblogs
 
     attached = Job.attach(job, runs_dir)
     run = attached.run
     filters = joblogs.Filter(rank=rank, node=node, errors=errors, raw=raw)
-    cli_runs.forward_remote(attached, "logs", *filter_words(filters), follow=follow)
+    cli_runs.relayed(attached, "logs", *filters.words(), follow=follow)
     if not follow:
         failure = joblogs.first_failure(run) if errors else None
         for line in failure.lines() if failure else []:

@@ -96,12 +96,6 @@ def prepare_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-# submit's options for a cluster reached over ssh, and what they say to the login node: none of
-# them (the rest of the command line is passed on as it is).
-REMOTE_OPTIONS = {"--host": True, "--remote-clustertrain": True, "--runs-dir": True}
-REMOTE_SWITCHES = {"--allow-dirty"}
-
-
 def host_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--host",
@@ -128,22 +122,3 @@ def remote_options(func: Callable[..., Any]) -> Callable[..., Any]:
         help="With --host: send uncommitted changes as they are (never ignored files).",
     )(func)
     return host_option(remote_clustertrain_option(func))
-
-
-def without_remote_options(args: list[str]) -> list[str]:
-    """``args`` without the options that only this side reads (``--host X``, ``--host=X``...);
-    what follows ``--`` is the training script's and passes untouched."""
-    kept: list[str] = []
-    skip = False
-    for at, word in enumerate(args):
-        if word == "--":
-            return kept + args[at:]
-        if skip:
-            skip = False
-            continue
-        name = word.partition("=")[0]
-        if word in REMOTE_OPTIONS:
-            skip = True
-        elif name not in REMOTE_OPTIONS and word not in REMOTE_SWITCHES:
-            kept.append(word)
-    return kept

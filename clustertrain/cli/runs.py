@@ -32,7 +32,7 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
     from clustertrain.api import Job
 
     attached = Job.attach(job, runs_dir)
-    forward_remote(attached, "status", *(["--json"] if as_json else []))
+    relayed(attached, "status", *(["--json"] if as_json else []))
     run, state = attached.run, attached.job_state()
     if as_json:
         click.echo(json.dumps(state.as_dict()))
@@ -137,7 +137,7 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
     from clustertrain.runs import results as table
 
     attached = Job.attach(job, runs_dir)
-    forward_remote(attached, "results", *(["--json"] if as_json else []))
+    relayed(attached, "results", *(["--json"] if as_json else []))
     if not runs.tasks(attached.run):
         raise UserError(f"JOB: {attached.job_id} is not a sweep; see `clustertrain status`")
     found = table.rows(attached.run, attached.job_state(), _warn)
@@ -148,12 +148,9 @@ def _warn(message: str) -> None:
     click.echo(f"clustertrain: warning: {printable(message)}", err=True)
 
 
-def forward_remote(attached: Job, command: str, *args: str, follow: bool = False) -> None:
-    """A job submitted with --host is the login node's to answer for: run ``command`` there
-    (clustertrain.backends.remote) and exit with its status."""
-    from clustertrain.backends import remote
-
-    far = remote.of(attached.run)
-    if far is None:
-        return
-    raise SystemExit(remote.follow(far, args) if follow else remote.forward(far, command, args))
+def relayed(attached: Job, command: str, *args: str, follow: bool = False) -> None:
+    """A job whose backend answers through another clustertrain (a login node's, for a job
+    submitted with --host) is answered there, as this command: exit with its status."""
+    status = attached.relay(command, *args, follow=follow)
+    if status is not None:
+        raise SystemExit(status)

@@ -5,7 +5,7 @@ The supervisor (:mod:`clustertrain.node.supervisor`) runs a step, reads what it 
 rank's requeue request) and asks :func:`decide` what comes next: a :class:`Restart` of the step
 on the same nodes, a :class:`Replace` of lost nodes by spares, a :class:`Requeue` through
 Slurm, or the :class:`End` with a named exit status. No I/O here: each branch is a unit test
-(tests/test_policy.py), as submitit keeps its requeue policy in
+(tests/node/test_supervisor.py), as submitit keeps its requeue policy in
 ``SignalHandler.checkpoint_and_try_requeue``.
 """
 

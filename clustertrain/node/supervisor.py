@@ -11,7 +11,7 @@ again on the same nodes or on a spare, a requeue, or the end with a named exit s
 ``node_check``, ``signal``, ``restarted``, ``requeued``, ``ended``).
 
 Every call to Slurm or a process goes through :class:`Commands`, which the tests replace
-(tests/test_supervisor.py): each path the policy takes runs there without Slurm.
+(tests/node/test_supervisor.py): each path the policy takes runs there without Slurm.
 """
 
 from __future__ import annotations

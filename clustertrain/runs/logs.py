@@ -72,6 +72,12 @@ class Filter:
     def wants_rank(self, rank: int | None) -> bool:
         return self.rank is None or rank == self.rank
 
+    def words(self) -> list[str]:
+        """``logs``' options that select what this selects (for a login node's clustertrain)."""
+        words = ["--rank", str(self.rank)] if self.rank is not None else []
+        words += ["--node", self.node] if self.node else []
+        return words + [flag for flag, on in (("--errors", self.errors), ("--raw", self.raw)) if on]
+
 
 def log_files(run: Run) -> list[LogFile]:
     """The job's log files, attempt by attempt: the batch shell first, then each node."""
