@@ -2,7 +2,7 @@
 
     python bench/heal.py [--runs 3] [--only lost-node|crash|hang]
 
-- lost node: the 2-node MNIST job of the tests (tests/test_preemption.py's arguments) with
+- lost node: the 2-node MNIST job of the tests (tests/e2e/test_preemption.py's arguments) with
   ``--spare-nodes 1``; its second node is killed (`clustertrain cluster fail`) in epoch 2. The
   cluster is started afresh before each run with SlurmdTimeout=300, a site's default, so Slurm's
   own verdict on the node plays no part. Measured from the kill: the node named lost, the step

@@ -81,7 +81,7 @@ def uninterrupted_mnist(tmp_path_factory: pytest.TempPathFactory, data_dir: Path
     interrupt, run once without interruption (each such test compares with it)."""
     import re
 
-    from tests.test_preemption import RUN_TIMEOUT_S, SLURM_ARGS
+    from tests.e2e.test_preemption import RUN_TIMEOUT_S, SLURM_ARGS
 
     runs = tmp_path_factory.mktemp("uninterrupted") / "runs"
     env = {"CLUSTERTRAIN_RUNS_DIR": str(runs), "CLUSTERTRAIN_DATA_DIR": str(data_dir)}

@@ -1,7 +1,7 @@
 """Your hosts file (clustertrain.backends.hosts) and the clustertrain it names for a login node:
 which value wins, and every bad file or value refused in one line before any ssh runs (a fake
 ``ssh`` first on PATH says whether one ran). The real login node reads it in
-tests/test_remote_e2e.py."""
+tests/e2e/test_remote_e2e.py."""
 
 from __future__ import annotations
 

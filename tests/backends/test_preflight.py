@@ -8,8 +8,8 @@ from clustertrain.backends.cluster_info import ClusterInfo, gpu_count
 from clustertrain.backends.preflight import check, memory_mb
 from clustertrain.backends.slurm import parse_nodes, parse_partitions
 from clustertrain.errors import UserError
+from tests.backends.test_slurm_parsing import PARTITIONS, SINFO
 from tests.conftest import job_spec
-from tests.test_slurm_parsing import PARTITIONS, SINFO
 
 CLUSTER = ClusterInfo("slurm 22.05", parse_partitions(PARTITIONS), parse_nodes(SINFO))
 

@@ -12,7 +12,6 @@ import pytest
 
 import clustertrain
 from clustertrain.backends import remote, snapshot
-from clustertrain.cli.options import without_remote_options
 from clustertrain.errors import FieldError, UserError
 from clustertrain.jobstate import JobState
 from tests.conftest import run_cli
@@ -104,16 +103,25 @@ def test_outside_a_git_tree_it_says_what_to_do(tmp_path: Path) -> None:
         snapshot.take(tmp_path)
 
 
-def test_only_this_sides_options_are_left_out_of_what_the_login_node_gets() -> None:
-    given = ["jobs/mnist.yaml", "--host", "login", "--nodes", "2", "--host=x", "--allow-dirty"]
-    given += ["--remote-clustertrain", "/opt/ct", "--runs-dir=/r", "--", "--host", "kept"]
-    assert without_remote_options(given) == [
-        "jobs/mnist.yaml",
-        "--nodes",
-        "2",
-        "--",
-        "--host",
-        "kept",
+def test_the_cli_sends_the_login_node_the_checked_values_as_flags_and_no_option_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One road: ``submit --host`` is ``api.submit(host=...)``, which says each checked field
+    again as one ``--flag=VALUE`` word; this side's options stay here, the script's args pass."""
+    from clustertrain import api
+    from clustertrain.cli.commands import main
+
+    sent: list[Any] = []
+    monkeypatch.setattr(api, "submit_remote", lambda host, words, *rest: sent.append((host, words)))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    given = ["submit", "--script", "train.py", "--host", "login", "--nodes", "2", "--allow-dirty"]
+    given += ["--env", "A=-x y", "--runs-dir", str(tmp_path / "r"), "--", "--host", "kept"]
+    with pytest.raises(SystemExit) as ended:
+        main(given)
+    assert ended.value.code == 0
+    assert sent == [
+        ("login", ["--script=train.py", "--nodes=2", "--env=A=-x y", "--", "--host", "kept"])
     ]
 
 
@@ -132,7 +140,7 @@ def test_the_api_hands_the_login_node_the_command_line_its_fields_make(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What ``submit(host=...)`` passes on (the login node's clustertrain is faked here; the
-    real one reads it in tests/test_remote_e2e.py)."""
+    real one reads it in tests/e2e/test_remote_e2e.py)."""
     passed: list[tuple[str, list[str], Path, str]] = []
 
     def fake(host: str, words: list[str], here: Path, root: Path, dirty: bool, ct: str) -> Any:

@@ -18,10 +18,10 @@ import pytest
 
 from clustertrain import api, protocol, runs
 from clustertrain.render import render
-from tests import test_hostile_input as round_one
+from tests.cli import test_hostile_input as round_one
+from tests.cli.test_hostile_input import _assert_refused
 from tests.conftest import job_spec, run_cli
-from tests.test_hostile_input import _assert_refused
-from tests.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
+from tests.e2e.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
 
 # 1. sbatch's parser: abbreviations, negations, options clustertrain owns, its own escapes.
 SBATCH_REFUSED: list[tuple[list[str], str]] = [

@@ -10,7 +10,7 @@ import clustertrain
 from clustertrain.errors import FieldError
 from clustertrain.render import RenderedJob
 from tests.conftest import run_cli
-from tests.test_slurm_e2e import SMOKE, cluster  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_slurm_e2e import SMOKE, cluster  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 

@@ -11,8 +11,8 @@ import pytest
 
 from clustertrain import api
 from tests.conftest import run_cli
-from tests.test_preemption import release_requeued
-from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_preemption import release_requeued
+from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 # The bound for a dead rank to end the job; far above what it takes (seconds).

@@ -1,6 +1,6 @@
 """jobs/examples/accelerate_preemptible.py on the real local cluster: signalled mid-epoch, it
 checkpoints, requeues, resumes, and finishes with every epoch done exactly once (a second
-preemption of the same job is tests/test_preemption.py's)."""
+preemption of the same job is tests/e2e/test_preemption.py's)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from clustertrain import api
 from tests.conftest import run_cli
-from tests.test_preemption import _attempt_log, preempt_when
-from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_preemption import _attempt_log, preempt_when
+from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 EXAMPLE = "jobs/examples/accelerate_preemptible.py"

@@ -9,7 +9,7 @@ import pytest
 
 from clustertrain import protocol
 from tests.conftest import run_cli
-from tests.test_slurm_e2e import cluster, follow, submit  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_slurm_e2e import cluster, follow, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 SCRIPT = "tests/jobs/hang_rank.py"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import build_wheel
-from tests.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
+from tests.e2e.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ import pytest
 from clustertrain import api
 from clustertrain import cluster as local
 from tests.conftest import run_cli
-from tests.test_preemption import (
+from tests.e2e.test_preemption import (
     RUN_TIMEOUT_S,
     SLURM_ARGS,
     _assert_same_run,
@@ -22,7 +22,7 @@ from tests.test_preemption import (
     _wait,
     release_requeued,
 )
-from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 JOB = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--", *SLURM_ARGS]

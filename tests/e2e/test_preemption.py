@@ -29,8 +29,8 @@ from clustertrain import api, checkpoint
 from clustertrain.env import rendezvous_port
 from clustertrain.node.nodecheck import probe
 from tests.conftest import ROOT, run_cli
-from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
-from tests.test_train import BIN, TRAIN, _clean_env, accelerate_2
+from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+from tests.rank.test_train import BIN, TRAIN, _clean_env, accelerate_2
 
 # 4,000 images in batches of 32 on 2 ranks: 63 steps an epoch, a few seconds each, so a signal
 # sent when step 20 is reported lands well inside the epoch.

@@ -22,7 +22,7 @@ from clustertrain import cluster as local
 from clustertrain import protocol
 from clustertrain.backends import ssh
 from tests.conftest import ROOT, run_cli
-from tests.test_slurm_e2e import SMOKE, cluster  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_slurm_e2e import SMOKE, cluster  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 HOST = "login"

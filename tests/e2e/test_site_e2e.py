@@ -14,7 +14,7 @@ import pytest
 
 from clustertrain import cluster as local
 from tests.conftest import run_cli
-from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 SCRIPT = "tests/jobs/where_am_i.py"

@@ -16,9 +16,15 @@ import pytest
 from clustertrain import api, protocol
 from clustertrain import cluster as local
 from tests.conftest import run_cli
-from tests.test_node_failure_e2e import _second_node, restarted_with
-from tests.test_preemption import RUN_TIMEOUT_S, SLURM_ARGS, _assert_same_run, _attempt_log, _wait
-from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_node_failure_e2e import _second_node, restarted_with
+from tests.e2e.test_preemption import (
+    RUN_TIMEOUT_S,
+    SLURM_ARGS,
+    _assert_same_run,
+    _attempt_log,
+    _wait,
+)
+from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SITE_SLURMD_TIMEOUT_S = 300

@@ -12,7 +12,7 @@ import pytest
 from clustertrain import events
 from clustertrain.runs import timeline
 from tests.conftest import run_cli
-from tests.test_slurm_e2e import JOB_TIMEOUT_S, cluster, submit  # noqa: F401  (a fixture)
+from tests.e2e.test_slurm_e2e import JOB_TIMEOUT_S, cluster, submit  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slurm
 

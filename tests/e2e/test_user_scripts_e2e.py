@@ -13,7 +13,7 @@ import accelerate
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
+from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
 NODES = ["--nodes", "2", "--gpus-per-node", "0", "--procs-per-node", "2", "--cpus-per-task", "2"]

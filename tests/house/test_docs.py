@@ -147,7 +147,7 @@ def test_an_example_with_a_flag_that_is_gone_is_caught() -> None:
 # Slurm cluster (logs, status, cancel, results, plot, doctor), or root (cluster up/fail/down);
 # their flags are checked above. An example whose words the shell must expand first (`$(...)`)
 # is left out too: its value is only known where it runs, and so is one for a login node
-# (--host; tests/test_remote_e2e.py submits those).
+# (--host; tests/e2e/test_remote_e2e.py submits those).
 DRY_RUNS = [
     (where, words)
     for where, words in EXAMPLES

@@ -3,7 +3,7 @@
 and its job files), and pyproject.toml lists every package folder.
 
 The job an installed clustertrain runs from an empty folder, on the real cluster, is in
-tests/test_install_e2e.py."""
+tests/e2e/test_install_e2e.py."""
 
 from __future__ import annotations
 

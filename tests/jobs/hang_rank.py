@@ -1,5 +1,5 @@
 """A user script with the runtime library whose rank 1 stops at step 30, forever, while its peers
-wait for it in the next all-reduce: the hang the watchdog must find (tests/test_hang_e2e.py).
+wait for it in the next all-reduce: the hang the watchdog must find (tests/e2e/test_hang_e2e.py).
 Only once: a step started again after it runs through."""
 
 import os

@@ -1,7 +1,7 @@
 """The roll call of a job with spare nodes, on real processes: beacons that go quiet, a stand-in
 for srun that answers for some nodes and not others, the watchdog ending the step and naming
 the lost node, and the batch script's arithmetic afterwards. The real path (a node killed on
-the local cluster, the step back on a spare) runs in tests/test_spare_nodes_e2e.py."""
+the local cluster, the step back on a spare) runs in tests/e2e/test_spare_nodes_e2e.py."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 without Slurm: a fake srun, scontrol and scancel record what they are asked, and each scripted run
 of the step leaves what a real one would (an exit status, the watchdog's hang report or lost
 nodes, a rank's requeue request). Every path that only the end-to-end tests reached when the
-policy was a bash program runs here: tests/test_hang_e2e.py, test_spare_nodes_e2e.py,
-test_node_failure_e2e.py and test_preemption.py still run them for real."""
+policy was a bash program runs here: tests/e2e/test_hang_e2e.py, tests/e2e/test_spare_nodes_e2e.py,
+tests/e2e/test_node_failure_e2e.py and tests/e2e/test_preemption.py still run them for real."""
 
 from __future__ import annotations
 
@@ -409,7 +409,7 @@ def test_the_policy_never_restarts_past_its_limits() -> None:
 
 
 def test_the_batch_script_hands_over_to_the_supervisor_and_holds_no_policy() -> None:
-    from tests.test_render import render_case
+    from tests.render.test_render import render_case
 
     job = render_case("spares-2x8")
     body = [line for line in job.batch_script.splitlines() if not line.startswith("#")]

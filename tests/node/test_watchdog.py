@@ -2,7 +2,7 @@
 stop, their stacks taken by faulthandler on the dump signal, a stand-in for srun ended.
 
 Slurm's part (scancel delivering the signal to every process of the steps) is stood in for by
-a fake ``scancel`` that signals the test's ranks; the real path runs in tests/test_hang_e2e.py.
+a fake ``scancel`` that signals the test's ranks; the real path runs in tests/e2e/test_hang_e2e.py.
 """
 
 from __future__ import annotations

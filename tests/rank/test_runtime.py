@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from clustertrain import protocol
-from tests.test_train import BIN, ROOT, _clean_env
+from tests.rank.test_train import BIN, ROOT, _clean_env
 
 SCRIPT = textwrap.dedent(
     """

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["-m", "jobs.mnist.train"]  # run as users run it, from the repository root
 BIN = Path(sys.executable).parent
 # Small, stable settings: 4,000 images, 2 epochs, the lean net.

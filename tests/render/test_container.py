@@ -1,6 +1,7 @@
 """Container jobs without a cluster: what each runtime renders, what runs where, what the launch
 script does inside the image, and what preflight refuses. The real runc job is in
-test_container_e2e.py; the golden files of each runtime are in test_render.py."""
+tests/e2e/test_container_e2e.py; the golden files of each runtime are in
+tests/render/test_render.py."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from clustertrain.backends import cluster_info, preflight
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob, container, render
+from tests.backends.test_slurm_parsing import FakeRunner
 from tests.conftest import job_spec, run_cli
-from tests.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
-from tests.test_slurm_parsing import FakeRunner
+from tests.e2e.test_slurm_e2e import cluster  # noqa: F401  (a fixture)
 
 RUN_DIR, WORKDIR = "/shared/runs/job-1", "/shared/project"
 

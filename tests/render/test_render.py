@@ -1,7 +1,7 @@
 """Rendered scripts: golden files, bash -n, shellcheck, and the launcher command lines.
 
 Regenerate the golden files after an intended change of the templates with:
-    CLUSTERTRAIN_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py
+    CLUSTERTRAIN_UPDATE_GOLDEN=1 python -m pytest tests/render/test_render.py
 and review the diff (`git diff tests/golden`) before committing it.
 """
 
@@ -19,7 +19,7 @@ from clustertrain.errors import UserError
 from clustertrain.render import Expand, RenderedJob, render
 from tests.conftest import job_spec
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 RUN_DIR, WORKDIR = "/shared/runs/mnist-golden", "/shared/project"
 
 CASES = {
@@ -184,7 +184,7 @@ def test_a_lost_node_requeues_the_job_only_when_asked() -> None:
     default = render(job_spec(nodes=2), RUN_DIR, WORKDIR)
     assert "--no-requeue" in default.directives and "--requeue" not in default.directives
     # Its own checkpoint requeue makes the job requeueable first, and a later attempt not again:
-    # the supervisor's part (tests/test_supervisor.py), told by the plan.
+    # the supervisor's part (tests/node/test_supervisor.py), told by the plan.
     assert json.loads(default.plan)["requeue_on_node_failure"] is False
     asked = render(job_spec(nodes=2, requeue_on_node_failure=True), RUN_DIR, WORKDIR)
     assert "--requeue" in asked.directives and "--no-requeue" not in asked.directives

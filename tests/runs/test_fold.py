@@ -19,7 +19,7 @@ from clustertrain import runs
 from clustertrain.jobstate import JobState
 from clustertrain.runs import fold, logs
 from tests.conftest import ROOT, run_cli
-from tests.test_logs_and_runs import _make_run
+from tests.runs.test_logs_and_runs import _make_run
 
 FIXTURES = ROOT / "tests" / "fixtures" / "failed-job"
 LAUNCHER_TRACEBACK = "Traceback (most recent call last):"

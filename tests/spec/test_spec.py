@@ -12,7 +12,7 @@ from clustertrain.spec import FIELDS
 from clustertrain.spec.jobfile import load as load_job_file
 from tests.conftest import job_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def test_the_array_script_gives_each_task_its_folder_and_arguments(tmp_path: Pat
     assert "--array=0-1%1" in job.directives
     assert "--output=/runs/s/tasks/%a/logs/slurm-%A_%a.out" in job.directives
     # The task's folder, as bash sets it for Slurm's task 1; its words are the plan's, data that
-    # the supervisor hands srun as they are (tests/test_supervisor.py).
+    # the supervisor hands srun as they are (tests/node/test_supervisor.py).
     line = re.search(r"^export TASK_DIR=.*$", job.batch_script, re.MULTILINE)
     assert line is not None
     shown = subprocess.run(
