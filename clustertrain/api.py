@@ -17,6 +17,8 @@ flags are; a bad value raises :class:`clustertrain.errors.FieldError`.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustertrain import backends, runs
-from clustertrain.errors import FieldError
+from clustertrain.errors import FieldError, UserError
 from clustertrain.render import RenderedJob, render
 from clustertrain.spec import build_spec, jobfile
 from clustertrain.spec.flags import as_flags
@@ -45,11 +47,14 @@ def plan(
     runs_dir: str | None = None,
     workdir: str | None = None,
     skip_prepare: bool = False,
+    node_record: bool = True,
     **fields: Any,
 ) -> RenderedJob:
     """The job as it would be submitted (the dry run): validated, rendered, nothing written.
 
-    ``skip_prepare`` drops the job's prepare commands (``--no-prepare``)."""
+    ``skip_prepare`` drops the job's prepare commands (``--no-prepare``). With ``node_record``
+    (a Slurm job's), the nodes your node record holds are excluded unless the job says
+    ``avoid_bad_nodes: false`` (:mod:`clustertrain.backends.noderecord`)."""
     if skip_prepare:
         if fields.get("prepare"):
             raise FieldError("prepare", fields["prepare"], "give it or skip it, not both")
@@ -64,8 +69,57 @@ def plan(
         defaults=defaults,
         **fields,
     )
-    run_dir = runs.new_run_dir(runs.runs_root(runs_dir), spec.name)
-    return render(spec, str(run_dir), workdir or os.getcwd())
+    root = runs.runs_root(runs_dir)
+    excluded: list[Any] = []
+    if node_record and spec.avoid_bad_nodes:
+        from clustertrain.backends import noderecord  # lazy: start-up time
+
+        record = noderecord.merged(noderecord.load(_record_path()), noderecord.harvest(root))
+        excluded = [e for e in record.entries if e.node not in spec.exclude]
+        if excluded:
+            spec = dataclasses.replace(spec, exclude=(*spec.exclude, *(e.node for e in excluded)))
+    job = render(spec, str(runs.new_run_dir(root, spec.name)), workdir or os.getcwd())
+    return dataclasses.replace(job, excluded=tuple(e.line() for e in excluded))
+
+
+def _record_path() -> Path:
+    from clustertrain.backends import noderecord  # lazy: start-up time
+
+    return noderecord.path_for(noderecord.cluster_name())
+
+
+def remember_bad_nodes(runs_dir: str | None = None) -> list[str]:
+    """Your node record with what your newest run folders under the runs root say added, saved;
+    its entries, a line each (``clustertrain nodes``)."""
+    from clustertrain.backends import noderecord  # lazy: start-up time
+
+    path = _record_path()
+    record = noderecord.merged(noderecord.load(path), noderecord.harvest(runs.runs_root(runs_dir)))
+    noderecord.save(path, record)
+    return [entry.line() for entry in record.entries]
+
+
+def forget_bad_nodes(
+    nodes: Sequence[str] = (), runs_dir: str | None = None, every: bool = False
+) -> list[str]:
+    """Clear ``nodes`` (``every``: all, even from a record that is not one) from your node
+    record; what happened to them before now is not taken again. The nodes that were in it."""
+    from clustertrain.backends import noderecord  # lazy: start-up time
+
+    path = _record_path()
+    harvested = noderecord.harvest(runs.runs_root(runs_dir))
+    if every:
+        names = sorted({entry.node for entry in harvested})
+        record = noderecord.Record([], {})
+        with contextlib.suppress(UserError):
+            record = noderecord.merged(noderecord.load(path), harvested)
+        names = sorted({*names, *(entry.node for entry in record.entries)})
+    else:
+        names = [noderecord.node_name(node) for node in nodes]
+        record = noderecord.merged(noderecord.load(path), harvested)
+    there = [e.node for e in record.entries if e.node in names]
+    noderecord.save(path, noderecord.clear(record, names))
+    return there
 
 
 def default_job_file() -> str:
@@ -118,6 +172,8 @@ def submit(
         )  # fmt: skip
     if dry_run:
         return job
+    if job.spec.avoid_bad_nodes:
+        remember_bad_nodes(runs_dir)
     return Job.start(job, backends.named("slurm"), preflight)
 
 
@@ -166,7 +222,7 @@ def run_local(
     ``preflight=False`` starts even a module this host's Python cannot find."""
     from clustertrain.backends.local import LocalBackend  # lazy: start-up time
 
-    job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
+    job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, node_record=False, **fields)
     return Job.start(job, LocalBackend(), preflight)
 
 

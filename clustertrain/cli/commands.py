@@ -323,6 +323,45 @@ def doctor(runs_dir: str | None, host: str | None, remote_clustertrain: str | No
         raise SystemExit(1)
 
 
+@cli.group(
+    invoke_without_command=True,
+    epilog="\b\nExamples:\n  clustertrain nodes\n  clustertrain nodes clear node3",
+)
+@runs_dir_option
+@click.pass_context
+def nodes(ctx: click.Context, runs_dir: str | None) -> None:
+    """Your node record for this cluster: the nodes qualification flagged or your jobs lost,
+    each with why and until when; submissions exclude them (avoid_bad_nodes)."""
+    from clustertrain import api
+
+    ctx.obj = runs_dir
+    if ctx.invoked_subcommand is not None:
+        return
+    lines = api.remember_bad_nodes(runs_dir)
+    for line in lines:
+        click.echo(line)
+    if not lines:
+        click.echo("no node in your record: submissions exclude none")
+
+
+@nodes.command(name="clear")
+@click.argument("node", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every node of the record.")
+@runs_dir_option
+@click.pass_obj
+def clear_nodes(
+    group_runs_dir: str | None, node: tuple[str, ...], every: bool, runs_dir: str | None
+) -> None:
+    """Take NODE out of your record (what happened to it before now is not taken again)."""
+    from clustertrain import api
+
+    runs_dir = runs_dir or group_runs_dir
+    if bool(node) == every:
+        raise UserError("NODE: name the nodes to clear, or give --all")
+    cleared = api.forget_bad_nodes(node, runs_dir, every=every)
+    click.echo(f"cleared: {' '.join(cleared) or 'none (not in the record)'}")
+
+
 for command in (cluster, cli_runs.status, cli_runs.plot, cli_runs.results):
     cli.add_command(command)
 

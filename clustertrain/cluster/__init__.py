@@ -15,6 +15,7 @@ Why each setting: the comments beside it in ``config.py`` and ``templates/cluste
   daemons.py    the daemons' command lines; started and stopped by PID and start time
   login.py      the login node: sshd's keys and configuration, ~/.ssh/config's Include line
   lifecycle.py  up, down and status; Slurm is asked through clustertrain.backends.slurm
+  faults.py     a node failed (killed, its link cut) or made slow (tbf, a CPU quota), healed
 """
 
 from __future__ import annotations
@@ -28,15 +29,19 @@ from .config import (
     render_node_resolv,
     render_slurm_conf,
 )
+from .faults import degrade, heal
+from .faults import fail as fail_node
 from .layout import Layout, default_state_dir
-from .lifecycle import current_layout, down, fail_node, local_slurm_conf, status, up
+from .lifecycle import current_layout, down, local_slurm_conf, status, up
 
 __all__ = [
     "Layout",
     "current_layout",
     "default_state_dir",
+    "degrade",
     "down",
     "fail_node",
+    "heal",
     "hosts_with_block",
     "hosts_without_block",
     "local_slurm_conf",

@@ -16,7 +16,7 @@ from clustertrain.backends import ssh
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 
-from . import daemons, login, netns
+from . import daemons, faults, login, netns
 from .config import (
     hosts_lines,
     hosts_with_block,
@@ -262,7 +262,7 @@ def _wait_for_munge(state_dir: Path, proc: dict) -> None:
 
 
 def _names(record: dict) -> netns.Names:
-    return netns.Names(record["id"], list(daemons.record_layout(record).host_addresses))
+    return faults.names_of(record)
 
 
 def _slurm(state_dir: Path) -> Slurm:
@@ -302,6 +302,7 @@ def down(state_dir: Path) -> None:
     if record.get("hosts_block"):
         HOSTS_FILE.write_text(hosts_without_block(HOSTS_FILE.read_text()))
     if daemons.record_layout(record).network == "namespaces":
+        faults.heal_names(_names(record), daemons.record_layout(record).node_names)
         _end_hosts(_names(record))
         login.exclude(state_dir, bool(record.get("ssh_config_made")))
         netns.remove(_names(record))
@@ -344,30 +345,6 @@ def _describe(found: dict[str, list[int]]) -> str:
         f"{host}: " + ", ".join(f"pid {pid} ({daemons.command_name(pid)})" for pid in pids)
         for host, pids in found.items()
     )
-
-
-def fail_node(state_dir: Path, node: str, cut_link: bool = False) -> str:
-    """Make one node of the running cluster disappear, to test what a job does then; the next
-    ``up`` starts the cluster afresh. Namespace layout only: there a node is a host."""
-    record = daemons.read_record(Path(state_dir).absolute())
-    if record is None or current_layout(Path(state_dir).absolute()) is None:
-        raise UserError("no local cluster is up: run `clustertrain cluster up` first")
-    layout = daemons.record_layout(record)
-    if node not in layout.node_names:
-        raise UserError(
-            f"NODE: {node!r} is not a node of the local cluster; nodes: "
-            f"{', '.join(layout.node_names)}"
-        )
-    if layout.network != "namespaces":
-        raise UserError(
-            "fail needs the namespace layout, where a node is a host of its own: "
-            "run `clustertrain cluster down`, then `cluster up`"
-        )
-    record["failed"] = {**record.get("failed", {}), node: "link cut" if cut_link else "killed"}
-    daemons.write_record(layout.state_dir, record)
-    killed = netns.fail(_names(record), node, cut_link)
-    how = "its link is down" if cut_link else f"{len(killed)} process(es) killed"
-    return f"{node}: {how}; `clustertrain cluster up` restarts the cluster afresh"
 
 
 def status(state_dir: Path) -> str:

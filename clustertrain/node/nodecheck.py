@@ -1,6 +1,6 @@
 """Checks each node runs before training: ``python -m clustertrain.node.nodecheck COMMAND``.
 
-The batch script runs ``probe`` once per node (through srun), then ``verdict`` on the first
+The supervisor runs ``probe`` once per node (through srun), then :func:`judge` on the first
 node. A node that resolves the head node to a loopback address or to another address than the
 rest, a head node whose name is not one of its own addresses, or a rendezvous port already
 taken would otherwise show up as a rendezvous that hangs until its timeout; here it is one line
@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from clustertrain.node import qualify
 from clustertrain.node.netif import interface_to
 
 
@@ -103,27 +104,34 @@ def summary(probes: list[dict[str, Any]], seconds: float) -> str:
     )
 
 
+def judge(folder: Path, nodes: int, started: float) -> list[dict[str, Any]] | None:
+    """The probes of ``folder`` when they show no problem (the summary said), else None (the
+    problem said on stderr). ``started``: before the probes, so that srun's time counts."""
+    probes = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    problem = verdict(probes, nodes)
+    if problem:
+        print(f"clustertrain: node check failed: {problem}", file=sys.stderr, flush=True)
+        return None
+    print(f"clustertrain: {summary(probes, time.time() - started)}", flush=True)
+    return probes
+
+
 def main(argv: list[str]) -> int:
+    """``probe FOLDER [--qualify]`` on each node: this node's answers in FOLDER/NODE.json
+    (with ``--qualify``, its figures too: clustertrain.node.qualify)."""
     command, folder = argv[0], Path(argv[1])
     if command == "probe":
-        found = probe(
-            os.environ["HEAD_NODE"],
-            int(os.environ["RDZV_PORT"]),
-            os.environ.get("SLURM_NODEID") == "0",
-        )
+        head, port = os.environ["HEAD_NODE"], int(os.environ["RDZV_PORT"])
+        found = probe(head, port, os.environ.get("SLURM_NODEID") == "0")
+        if argv[2:] == ["--qualify"] and "error" not in found:
+            found.update(qualify.measure(head, port, found.get("interface")))
         folder.mkdir(parents=True, exist_ok=True)
         if found.get("interface"):
             (folder / f"{found['node']}.ifname").write_text(found["interface"], encoding="utf-8")
         (folder / f"{found['node']}.json").write_text(json.dumps(found), encoding="utf-8")
         return 0
-    probes = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
-    problem = verdict(probes, int(argv[2]))
-    if problem:
-        print(f"clustertrain: node check failed: {problem}", file=sys.stderr)
-        return 1
-    # The batch script's `date +%s.%N` before the probes: the check's time includes srun's.
-    print(f"clustertrain: {summary(probes, time.time() - float(argv[3]))}")
-    return 0
+    print("usage: python -m clustertrain.node.nodecheck probe FOLDER [--qualify]", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ class Exit(IntEnum):
     REQUEUE_LIMIT = 3  # a rank asked for a requeue, and max_requeues were spent
     HUNG = 4  # the step hung (the watchdog ended it) and no restart was left
     NODE_LOST = 5  # a node was lost and neither a spare nor a requeue was left
+    DISQUALIFIED = 6  # qualification flagged a node, no spare was left and on_flagged is fail
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,44 @@ class End:
 
 
 Decision = Restart | Replace | Requeue | End
+
+
+@dataclass(frozen=True)
+class Train:
+    """Train on ``nodes`` (with spare nodes: the step's nodelist), holding ``spares``."""
+
+    nodes: list[str]
+    spares: list[str]
+    message: str | None = None  # said on stdout
+
+
+def qualified(flagged: dict[str, str], state: State, on_flagged: str) -> Train | End:
+    """Before training: flagged nodes (node: why) are swapped for qualified spares; with too
+    few spares left, ``on_flagged`` decides: ``fail`` ends the job naming them, ``warn``
+    trains on them and says so. Without spare nodes, ``state.active`` is empty: the step runs
+    on the whole allocation."""
+    said = "; ".join(f"{node}: {why}" for node, why in flagged.items())
+    if not flagged:
+        return Train(state.active, state.spares)
+    try:
+        if not state.active:  # no spare nodes: the step runs on every node, flagged ones too
+            raise LookupError("no spare")
+        nodes, spares = replace(state.active, state.spares, list(flagged))
+    except LookupError:
+        if on_flagged == "fail":
+            return End(
+                Exit.DISQUALIFIED,
+                f"qualification flagged {said}; no qualified spare is left to replace it, so the "
+                "job ends before training (on_flagged: warn trains on it; spare_nodes: 1 "
+                "replaces it)",
+            )
+        spares = [node for node in state.spares if node not in flagged]
+        return Train(state.active, spares, f"qualification flagged {said}; training on it "
+                     "anyway (on_flagged: warn)")  # fmt: skip
+    state.active, state.spares = nodes, spares
+    swapped = [node for node in flagged if node not in nodes]
+    return Train(nodes, spares, f"qualification flagged {said}; training on {','.join(nodes)} "
+                 f"instead ({','.join(swapped) or 'no node'} left out)")  # fmt: skip
 
 
 def decide(outcome: Outcome, state: State, policy: Policy, out_dir: str) -> Decision:

@@ -8,7 +8,7 @@ script per node through srun) with its watchdog beside it (:mod:`clustertrain.no
 after each run of the step asks :func:`clustertrain.node.policy.decide` what comes next: the step
 again on the same nodes or on a spare, a requeue, or the end with a named exit status
 (:class:`clustertrain.node.policy.Exit`). It writes the batch side's events (``started``,
-``node_check``, ``signal``, ``restarted``, ``requeued``, ``ended``).
+``node_check``, ``qualified``, ``flagged``, ``signal``, ``restarted``, ``requeued``, ``ended``).
 
 Every call to Slurm or a process goes through :class:`Commands`, which the tests replace
 (tests/node/test_supervisor.py): each path the policy takes runs there without Slurm.
@@ -32,7 +32,7 @@ from typing import IO, Any, NoReturn
 
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, read_regular
-from clustertrain.node import nodecheck, policy, rollcall
+from clustertrain.node import nodecheck, policy, qualify, rollcall
 from clustertrain.rank import events
 
 PLAN_FILE = "plan.json"
@@ -62,6 +62,11 @@ class Plan:
     hang_on_quiet: bool
     policy: policy.Policy
     tasks: dict[str, tuple[str, ...]] | None  # a sweep's array tasks: their arguments
+    # Qualification (clustertrain.node.qualify): the node check then runs on every node of the
+    # allocation, spares too, and these decide what a flagged node means.
+    qualify: bool = False
+    qualify_threshold: float = 3.0
+    on_flagged: str = "fail"
 
     @classmethod
     def read(cls, path: Path) -> Plan:
@@ -93,6 +98,9 @@ class Plan:
             tasks=None
             if tasks is None
             else {str(_count(int(k), low=0)): _texts(v) for k, v in dict(tasks).items()},
+            qualify=_flag(raw.get("qualify", False)),
+            qualify_threshold=_ratio(raw.get("qualify_threshold", 3.0)),
+            on_flagged=_choice(raw.get("on_flagged", "fail"), ("fail", "warn")),
         )
 
 
@@ -115,6 +123,18 @@ def _count(raw: Any, low: int = 1) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw < 1_000_000_000:
         raise TypeError(f"not a count: {str(raw)[:20]}")
     return raw
+
+
+def _ratio(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 1 < raw <= 1000:
+        raise TypeError(f"not a threshold: {str(raw)[:20]}")
+    return float(raw)
+
+
+def _choice(raw: Any, choices: tuple[str, ...]) -> str:
+    if raw not in choices:
+        raise TypeError(f"not one of {', '.join(choices)}: {str(raw)[:20]}")
+    return str(raw)
 
 
 def _flag(raw: Any) -> bool:
@@ -248,11 +268,35 @@ class Supervisor:
         status = self.commands.run([self.expand(w) for w in self.plan.node_check])
         if status != 0:
             return status
-        folder = f"{self.env['LOG_DIR']}/{protocol.NODE_CHECK_DIR}"
-        status = nodecheck.main(["verdict", folder, str(self.plan.nodes), str(started)])
-        if status == 0:
-            self.event(events.NODE_CHECK)
-        return status
+        folder = Path(self.env["LOG_DIR"], protocol.NODE_CHECK_DIR)
+        checked = self.plan.nodes + (self.plan.spare_nodes if self.plan.qualify else 0)
+        probes = nodecheck.judge(folder, checked, started)
+        if probes is None:
+            return 1
+        self.event(events.NODE_CHECK)
+        return self._qualified(probes) if self.plan.qualify else 0
+
+    def _qualified(self, probes: list[dict[str, Any]]) -> int:
+        """Qualification's verdict carried out: flagged nodes said (an event each, with its
+        figure), swapped for spares, or the end (clustertrain.node.policy.qualified)."""
+        flagged = qualify.flag(probes, self.plan.qualify_threshold)
+        self.say(f"qualification: {qualify.summary(probes)}")
+        self.event(events.QUALIFIED, nodes=" ".join(p["node"] for p in probes),
+                   why=f"{len(flagged)} flagged")  # fmt: skip
+        for node, why in flagged.items():
+            self.event(events.FLAGGED, nodes=node, why=why)
+        decision = policy.qualified(flagged, self.state, self.plan.on_flagged)
+        if isinstance(decision, policy.End):
+            self.say(decision.message or "", error=True)
+            return decision.status
+        if decision.message:
+            self.say(decision.message)
+        if self.plan.spare_nodes and flagged:
+            self.env[protocol.ENV_ACTIVE_NODES] = ",".join(decision.nodes)
+            kept = [*decision.nodes, *decision.spares]
+            # Let go of the flagged nodes that are not trained on: another job may have them.
+            self.commands.run(self._update(f"NodeList={','.join(kept)}"), self.env["LOG_DIR"], True)
+        return 0
 
     def _steps(self, task_args: tuple[str, ...]) -> int:
         """The step, again after each restart or replacement, until the policy ends the job or

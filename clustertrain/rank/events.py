@@ -1,8 +1,8 @@
 """What a job did and when: one JSON line per event in the run folder's ``events.jsonl``.
 
-Four writers append to the same file: ``submit`` (``queued``), the batch script (``started``,
-``node_check``, ``signal``, ``requeued``, ``restarted``, ``ended``, in bash: the template
-``templates/slurm/sbatch.sh.j2``), its watchdog (``hang``, ``node_lost``) and the training
+Four writers append to the same file: ``submit`` (``queued``), the supervisor (``started``,
+``node_check``, ``qualified``, ``flagged``, ``signal``, ``requeued``, ``restarted``,
+``ended``: clustertrain.node.supervisor), its watchdog (``hang``, ``node_lost``) and the training
 script's rank 0, through :func:`record` or the runtime library (``runtime.milestone``: the
 :data:`MILESTONES`; ``runtime.log_metrics``: ``metrics``; and ``step``, ``epoch``,
 ``checkpoint``, ``stop``). Besides its name, time and attempt, an event holds a few texts and
@@ -31,6 +31,7 @@ from clustertrain.protocol import METRIC_NAME
 # The names of the submit side's, the supervisor's and the watchdog's events, said here once:
 # their writers and readers (clustertrain.runs.timeline, plot) use these.
 QUEUED, STARTED, NODE_CHECK, SIGNAL = "queued", "started", "node_check", "signal"
+QUALIFIED, FLAGGED = "qualified", "flagged"
 REQUEUED, RESTARTED, ENDED = "requeued", "restarted", "ended"
 HANG, NODE_LOST, CHECKPOINT = "hang", "node_lost", "checkpoint"
 # In the order a job goes through them.
@@ -38,6 +39,8 @@ NAMES = (
     QUEUED,
     STARTED,
     NODE_CHECK,
+    QUALIFIED,
+    FLAGGED,
     "rendezvous",
     "data_ready",
     "step",
@@ -94,13 +97,15 @@ def read(path: Path) -> list[Event]:
     return scan(path)[0]
 
 
-def scan(path: Path, start: float = -math.inf, end: float = math.inf) -> tuple[list[Event], int]:
+def scan(
+    path: Path, start: float = -math.inf, end: float = math.inf, max_bytes: int = MAX_BYTES
+) -> tuple[list[Event], int]:
     """The well-formed events of ``path`` whose time lies in [start, end], in file order, and
     how many non-empty lines were left out: not an event, a value that is not a finite
     number, or a time outside the window (one line of ``"time": 1e308`` would otherwise
     stretch every timeline drawn from the file to 10^308 seconds)."""
     try:
-        data = read_regular(path, MAX_BYTES, tail=True).decode("utf-8", "replace")
+        data = read_regular(path, max_bytes, tail=True).decode("utf-8", "replace")
     except RunFolderError:
         return [], 0
     found, dropped = [], 0

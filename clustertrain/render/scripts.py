@@ -39,6 +39,8 @@ class RenderedJob:
     plan: str
     # An OCI job's bundle configuration (clustertrain.container.oci_config), else None.
     container_config: str | None = None
+    # The nodes the submitter's node record excluded, a line each with why (its --exclude).
+    excluded: tuple[str, ...] = ()
 
     @property
     def batch_path(self) -> str:
@@ -54,7 +56,11 @@ class RenderedJob:
 
     def dry_run_text(self) -> str:
         """What ``submit --dry-run`` prints: both files, each under a line naming its path."""
-        text = prepare_text(self.spec, self.workdir) + (
+        text = "".join(
+            f"#### excluded by your node record (`clustertrain nodes`): {line}\n"
+            for line in self.excluded
+        )
+        text += prepare_text(self.spec, self.workdir) + (
             f"#### {self.batch_path} (handed to sbatch)\n{self.batch_script}"
             f"#### {self.launch_path} (run by srun on every node)\n{self.launch_script}"
             f"#### {self.plan_path} (what the batch script's supervisor runs and decides)\n"
@@ -168,11 +174,11 @@ def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
         str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
         options=container.srun_options(spec, run_dir, workdir),
     )
-    check = srun_argv(spec, *_NODECHECK, "probe", _NODE_CHECK_DIR) if spec.node_check else None
+    check = _check_argv(spec) if spec.node_check or spec.qualify else None
     tasks = {
         str(k): list(sweep.task_args(params)) for k, params in enumerate(sweep.tasks(spec.sweep))
     }
-    plan = {
+    plan: dict[str, Any] = {
         "step": _plan_words(step),
         "node_check": None if check is None else _plan_words(check),
         "logs_dir": _plan_words((Expand(f"$TASK_DIR/{protocol.LOGS_DIR}"),))[0]
@@ -187,10 +193,26 @@ def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
         "requeue_on_node_failure": spec.requeue_on_node_failure,
         "tasks": tasks or None,
     }
+    if spec.qualify:
+        plan |= {"qualify": True, "qualify_threshold": spec.qualify_threshold,
+                 "on_flagged": spec.on_flagged}  # fmt: skip
     # A key a line, each value on its line: a person reads it, and a diff shows what changed.
     return (
         "{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in plan.items()) + "\n}\n"
     )
+
+
+def _check_argv(spec: JobSpec) -> tuple[str, ...]:
+    """The node check's srun: on the step's nodes; with ``qualify``, on every node of the
+    allocation (spares too: a flagged node is swapped for a qualified spare) and timed."""
+    if not spec.qualify:
+        return srun_argv(spec, *_NODECHECK, "probe", _NODE_CHECK_DIR)
+    every = spec.allocated_nodes
+    return (
+        "srun", "--kill-on-bad-exit=1", f"--nodes={every}", f"--ntasks={every}",
+        "--ntasks-per-node=1", f"--cpus-per-task={spec.cpus_per_task}",
+        *_NODECHECK, "probe", _NODE_CHECK_DIR, "--qualify",
+    )  # fmt: skip
 
 
 def _plan_words(argv: tuple[str, ...]) -> list[str | dict[str, str]]:
@@ -246,6 +268,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         "mail-user": spec.mail_user,
         "dependency": spec.dependency,
         "array": _array(spec),
+        "exclude": ",".join(spec.exclude) or None,
     }
     if gpus:
         values["gres" if spec.gpus_as_gres else "gpus-per-node"] = (

@@ -245,3 +245,21 @@ def _duration(seconds: float | None) -> str:
     return (
         f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
     )
+
+
+def qualification(found: list[Event]) -> list[str]:
+    """What the newest qualification said: the nodes qualified, and each flagged node with its
+    figure (the supervisor's ``qualified`` and ``flagged`` events); [] without one."""
+    said = [e for e in found if e.name == events.QUALIFIED]
+    if not said:
+        return []
+    last = said[-1]
+    nodes = str(last.values.get("nodes", "")).split()
+    flagged = [
+        e for e in found
+        if e.name == events.FLAGGED and e.attempt == last.attempt and e.time >= last.time
+    ]  # fmt: skip
+    lines = [f"qualified: {' '.join(nodes) or '-'} (attempt {last.attempt}, "
+             f"{len(flagged)} flagged)"]  # fmt: skip
+    lines += [f"flagged: {e.values.get('nodes', '?')}: {e.values.get('why', '')}" for e in flagged]
+    return lines

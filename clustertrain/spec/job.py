@@ -150,6 +150,31 @@ class JobSpec:
     node_check: bool = _field(
         True, fields.boolean, "Check every node's view of the head node before training."
     )
+    # Qualification (clustertrain.node.qualify): a timed matmul on each node and pairwise-quick
+    # link probes between them, with the job's own collective backend, before training.
+    qualify: bool = _field(
+        False, fields.boolean,
+        "Before training, time a fixed matmul on every node and a fixed exchange between node "
+        "pairs; a node slower than the median by more than qualify_threshold is flagged.",
+    )  # fmt: skip
+    qualify_threshold: float = _field(
+        3.0, fields.ratio(1.0, 1000.0),
+        "How many times slower than the allocation's median a node's compute or link may be "
+        "before it is flagged.", metavar="X",
+    )  # fmt: skip
+    on_flagged: str = _field(
+        "fail", fields.on_flagged,
+        "A flagged node with no spare left to replace it: fail (end the job before training, "
+        "naming it) or warn (train on it, and say so).",
+    )  # fmt: skip
+    exclude: tuple[str, ...] = _field(
+        (), fields.node_names, "A node this job must not get (repeatable).", metavar="NODE"
+    )
+    avoid_bad_nodes: bool = _field(
+        True, fields.boolean,
+        "Exclude the nodes your node record holds (flagged or lost in earlier jobs; "
+        "`clustertrain nodes`).",
+    )  # fmt: skip
     # A step whose ranks call runtime.heartbeat and none of which made progress for this long
     # is hung: clustertrain.node.watchdog saves their stacks, names them and ends the step.
     hang_timeout_s: int = _field(
@@ -270,6 +295,7 @@ class JobSpec:
         data["sbatch_options"] = list(self.sbatch_options)
         data["sweep"] = {name: list(values) for name, values in self.sweep}
         data["container_mounts"] = list(self.container_mounts)
+        data["exclude"] = list(self.exclude)
         data["container_env"] = dict(self.container_env)
         return data
 

@@ -43,7 +43,7 @@ OWNED = frozenset(
     """
     nodes ntasks ntasks-per-node gpus-per-node gres gpus cpus-per-task time job-name output
     error input signal chdir open-mode requeue no-requeue wrap export export-file array
-    partition account qos constraint exclusive mem mail-type mail-user dependency
+    partition account qos constraint exclusive mem mail-type mail-user dependency exclude
     get-user-env parsable wait help usage version test-only
     """.split()  # noqa: SIM905 - a word list reads better than a hundred quoted strings
 )
