@@ -85,6 +85,15 @@ def _check_nodes(spec: JobSpec, cluster: ClusterInfo, part: Partition) -> None:
                 f"of partition {part.name} have at most {most}: ask for {most} or fewer{skip}"
             )
     fitting = [n for n in members if all(have(n) >= wanted for _, wanted, have, _ in limits)]
+    kept = [n for n in fitting if n.name not in spec.exclude]
+    if spec.allocated_nodes > len(kept) and len(kept) < len(fitting):
+        raise UserError(
+            f"exclude: {_nodes_text(spec)} node(s) requested but only {len(kept)} of partition "
+            f"{part.name}'s {len(fitting)} usable node(s) are not excluded "
+            f"({','.join(n.name for n in fitting if n.name in spec.exclude)}: the job's exclude "
+            "or your node record); `clustertrain nodes clear NODE`, or --no-avoid-bad-nodes"
+            f"{skip}"
+        )
     if spec.allocated_nodes > len(fitting):
         raise UserError(
             f"{_nodes_field(spec)}: {_nodes_text(spec)} requested but partition {part.name} "

@@ -24,6 +24,12 @@ CLUSTER = ClusterInfo("slurm 22.05", parse_partitions(PARTITIONS), parse_nodes(S
         ({"partition": "nope"}, "partition: 'nope' does not exist; partitions here: debug, gpu"),
         ({"partition": "gpu"}, "partition: gpu is DOWN"),
         ({"nodes": 2, "gpus_per_node": 3}, "nodes: 2 requested but partition debug has only 1"),
+        # Nodes the job (or your node record) excludes leave too few: said, naming them.
+        (
+            {"nodes": 2, "exclude": ["n2"]},
+            "exclude: 2 node(s) requested but only 1 of partition "
+            "debug's 2 usable node(s) are not excluded (n2: the job's exclude or your node record)",
+        ),
         # Spares are nodes the job holds too.
         (
             {"nodes": 2, "spare_nodes": 1},

@@ -1,0 +1,111 @@
+"""Qualification on the local cluster: what it costs, and how often it flags a node.
+
+    python bench/qualify.py [--runs 10] [--nodes 2,3,4] [--only cost|healthy|link|cpu]
+
+- cost: a job of N nodes x 1 process (tests/jobs/hello_world.py) with ``--qualify`` and
+  without; the qualification's cost is the time from the supervisor's ``started`` event to its
+  ``qualified`` event, less the same span to ``node_check`` without it (the node check alone).
+- healthy: RUNS qualifications of 4 nodes with nothing degraded: every flag is a false one.
+- link: node3's link at 10 Mbit (`cluster degrade node3 --link-rate 10mbit`): how often it is
+  flagged (and how often another node is).
+- cpu: node3's processes at 25 % of one CPU (`--cpu 25%`), likewise.
+
+Each job uses ``--on-flagged warn`` (it trains on, and the next run starts). Needs root and
+`clustertrain cluster up` (namespace layout); heals what it degrades. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "clustertrain"]
+# Without the node record: a node flagged in one run must be measured again in the next.
+JOB = ["--script", "tests/jobs/hello_world.py", "--procs-per-node", "1", "--on-flagged", "warn",
+       "--no-avoid-bad-nodes"]  # fmt: skip
+
+
+def _cli(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run([*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"clustertrain {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _job(nodes: int, qualify: bool, env: dict[str, str]) -> list[dict]:
+    """Submit, follow to the end; the run's events."""
+    out = _cli("submit", *JOB, "--nodes", str(nodes), *(["--qualify"] * qualify), env=env)
+    job_id = re.search(r"submitted job (\d+)", out)[1]  # type: ignore[index]
+    run_dir = Path(re.search(r"run folder: (.+)", out)[1])  # type: ignore[index]
+    subprocess.run([*CLI, "logs", job_id, "--follow"], cwd=ROOT, env=env,
+                   capture_output=True, check=False)  # fmt: skip
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def _span(found: list[dict], last: str) -> float:
+    when = {e["event"]: e["time"] for e in found}
+    return when[last] - when["started"]
+
+
+def _flagged(found: list[dict]) -> list[str]:
+    return [e["nodes"] for e in found if e["event"] == "flagged"]
+
+
+def cost(counts: list[int], runs: int, env: dict[str, str]) -> list[str]:
+    rows = ["| nodes | node check alone (s) | with qualification (s) | qualification (s) |",
+            "|---:|---:|---:|---:|"]  # fmt: skip
+    for nodes in counts:
+        alone = [_span(_job(nodes, False, env), "node_check") for _ in range(runs)]
+        both = [_span(_job(nodes, True, env), "qualified") for _ in range(runs)]
+        a, b = statistics.median(alone), statistics.median(both)
+        rows.append(f"| {nodes} | {a:.2f} | {b:.2f} | {b - a:.2f} |")
+    return rows
+
+
+def flags(label: str, runs: int, env: dict[str, str], degrade: list[str]) -> str:
+    if degrade:
+        _cli("cluster", "degrade", "node3", *degrade, env=env)
+    try:
+        seen = [_flagged(_job(4, True, env)) for _ in range(runs)]
+    finally:
+        if degrade:
+            _cli("cluster", "heal", "node3", env=env)
+    node3 = sum("node3" in f for f in seen)
+    others = sum(len([n for n in f if n != "node3"]) for f in seen)
+    return f"| {label} | {runs} | {node3} | {others} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--nodes", default="2,3,4")
+    parser.add_argument("--only", choices=["cost", "healthy", "link", "cpu"])
+    args = parser.parse_args()
+    runs_dir = tempfile.mkdtemp(prefix="bench-qualify-")
+    env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": runs_dir, "XDG_CONFIG_HOME": runs_dir}
+    started = time.time()
+    if args.only in (None, "cost"):
+        print("\n".join(cost([int(n) for n in args.nodes.split(",")], 3, env)), "\n")
+    table = ["| 4 nodes, node3 | runs | node3 flagged | another node flagged |",
+             "|---|---:|---:|---:|"]  # fmt: skip
+    for label, only, degrade in (("healthy", "healthy", []),
+                                 ("link at 10 Mbit", "link", ["--link-rate", "10mbit"]),
+                                 ("CPU at 25 %", "cpu", ["--cpu", "25%"])):  # fmt: skip
+        if args.only in (None, only):
+            table.append(flags(label, args.runs, env, degrade))
+            print(table[-1], flush=True)
+    print("\n".join(table))
+    print(f"\n({time.time() - started:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main()
