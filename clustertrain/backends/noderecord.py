@@ -3,9 +3,9 @@ jobs lost, each with why, the job and until when.
 
 It lives beside your hosts file, ``~/.config/clustertrain/nodes/<cluster>.json``
 (``$XDG_CONFIG_HOME`` moves it; ``<cluster>`` is slurm.conf's ``ClusterName``). A submission
-reads what your recent run folders say (:func:`harvest`: ``flagged`` and ``node_lost`` events
-of folders you own, in the runs root) into it, and excludes every node whose entry has not
-expired (``--exclude``; the dry run shows it and why), unless the job says
+reads what your recent run folders say (:func:`harvest`: ``flagged``, ``node_lost`` and
+``straggler`` events of folders you own, in the runs root) into it, and excludes every node
+whose entry has not expired (``--exclude``; the dry run shows it and why), unless the job says
 ``avoid_bad_nodes: false``. ``clustertrain nodes`` lists it and clears entries.
 
 Every value is input, the record's and the run folders' alike: a node name is one Slurm node
@@ -184,6 +184,8 @@ def harvest(runs_root: Path, now: float | None = None) -> list[Entry]:
                 why = "flagged: " + str(event.values.get("why", ""))
             elif event.name == events.NODE_LOST:
                 why = "lost mid-job"
+            elif event.name == events.STRAGGLER:
+                why = "straggler: " + str(event.values.get("why", ""))
             else:
                 continue
             for node in nodes.split(","):

@@ -55,7 +55,7 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
     moving = timeline.progress(attempts, run.metric) if not state.finished else None
     if moving is not None:
         click.echo(f"  {moving.line()}")
-    for line in timeline.qualification(found):
+    for line in [*timeline.qualification(found), *timeline.stragglers(found)]:
         click.echo(f"  {printable(line)}")
     for restart in timeline.restarts(attempts):
         click.echo(f"  {restart.line()}")

@@ -67,6 +67,8 @@ class Plan:
     qualify: bool = False
     qualify_threshold: float = 3.0
     on_flagged: str = "fail"
+    straggler_threshold: float = 2.0
+    straggler_action: str = "warn"
 
     @classmethod
     def read(cls, path: Path) -> Plan:
@@ -101,6 +103,8 @@ class Plan:
             qualify=_flag(raw.get("qualify", False)),
             qualify_threshold=_ratio(raw.get("qualify_threshold", 3.0)),
             on_flagged=_choice(raw.get("on_flagged", "fail"), ("fail", "warn")),
+            straggler_threshold=_ratio(raw.get("straggler_threshold", 2.0)),
+            straggler_action=_choice(raw.get("straggler_action", "warn"), ("warn", "replace")),
         )
 
 
@@ -329,7 +333,8 @@ class Supervisor:
         mode = "quiet" if self.plan.hang_on_quiet else "beats"
         watchdog = self.commands.start(
             [sys.executable, "-m", "clustertrain.node.watchdog", str(beats),
-             str(self.plan.hang_timeout_s), str(srun.pid), mode]
+             str(self.plan.hang_timeout_s), str(srun.pid), mode,
+             str(self.plan.straggler_threshold), self.plan.straggler_action]
         )  # fmt: skip
         status = shell_status(srun.wait())  # a handler runs, and the wait goes on (PEP 475)
         watchdog.terminate()

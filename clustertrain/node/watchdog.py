@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from clustertrain import protocol
-from clustertrain.node import rollcall
+from clustertrain.node import rollcall, straggler
 from clustertrain.procs import proc_stat
 from clustertrain.rank import events
 
@@ -65,7 +65,7 @@ def progress(folder: Path, quiet: bool) -> tuple[dict[int, int], float | None]:
         try:
             info = path.stat()
             if rank is not None:
-                steps[int(rank[1])] = int(path.read_text().strip() or 0)
+                steps[int(rank[1])] = int((path.read_text().split() or ["0"])[0])
             elif not _ranks_wrote(path):
                 continue
         except (OSError, ValueError):
@@ -262,13 +262,20 @@ def _stop(pid: int, term_wait_s: float = STOP_WAIT_S) -> None:
 
 
 def watch(
-    folder: Path, timeout_s: float, srun_pid: int, quiet: bool = False, poll_s: float | None = None
+    folder: Path,
+    timeout_s: float,
+    srun_pid: int,
+    quiet: bool = False,
+    poll_s: float | None = None,
+    stragglers: Stragglers | None = None,
 ) -> None:
     """Until srun ends: declare a hang once the newest progress is ``timeout_s`` old; with
-    spare nodes, end the step as soon as one of its nodes is lost."""
+    spare nodes, end the step as soon as one of its nodes is lost; name stragglers."""
     active, started, next_call = _active_nodes(), time.time(), 0.0
     poll_s = poll_s or min(5.0, timeout_s / 4, *([protocol.BEACON_S] if active else []))
     while _alive(srun_pid):
+        if stragglers is not None and stragglers.poll(folder, srun_pid):
+            return
         steps, newest = progress(folder, quiet)
         if newest is not None and time.time() - newest > timeout_s:
             declare(folder, steps, newest, srun_pid)
@@ -285,8 +292,62 @@ def watch(
         time.sleep(poll_s)
 
 
+class Stragglers:
+    """The straggler scores of the step (clustertrain.node.straggler), read from the ranks'
+    heartbeats at each poll; with ``replace`` and spare nodes, a named straggler is let go at
+    the next checkpoint, through the lost node's path (the supervisor starts the step again on
+    a spare)."""
+
+    def __init__(self, threshold: float, replace: bool) -> None:
+        self.scorer = straggler.Scorer(threshold)
+        self.replace = replace and bool(_active_nodes())
+        self.pending: tuple[str, float] | None = None  # a straggler to replace, since when
+        self.nodes: dict[int, str] = {}
+
+    def poll(self, folder: Path, srun_pid: int) -> bool:
+        """Read the heartbeats, say what the scores say; True once the step was ended."""
+        now = time.time()
+        for path in folder.glob("rank-*"):
+            if not (match := _BEAT.fullmatch(path.name)):
+                continue
+            rank = int(match[1])
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if rank not in self.nodes:
+                    self.nodes[rank] = (folder / f"rank-{rank}.node").read_text().strip()[:64]
+                step, total = path.read_text().split()[:2]
+                self.scorer.add(rank, straggler.Beat(path.stat().st_mtime, int(step), float(total)))
+        for line in self.scorer.update(now, self.nodes):
+            node = line.split()[1]
+            events.record(events.STRAGGLER, nodes=node, why=line.partition(": ")[2])
+            print(f"clustertrain: {line}", flush=True)
+            if self.replace and self.pending is None:
+                self.pending = (node, now)
+                print(f"clustertrain: {node} is let go at the next checkpoint", flush=True)
+        if self.pending is not None and _checkpointed_since(self.pending[1]):
+            node = self.pending[0]
+            (folder / protocol.LOST_FILE).write_text(f"{node}\n")
+            print(f"clustertrain: checkpoint taken; replacing the straggler {node}", flush=True)
+            _stop(srun_pid, LOST_STOP_WAIT_S)
+            return True
+        return False
+
+
+def _checkpointed_since(when: float) -> bool:
+    path = os.environ.get(protocol.ENV_EVENTS_FILE)
+    if not path:
+        return False
+    found = events.scan(Path(path), start=when, max_bytes=1 << 20)[0]
+    return any(event.name == events.CHECKPOINT for event in found)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "dump":
         dump(Path(sys.argv[2]))
     else:
-        watch(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "quiet")
+        watched = None
+        if len(sys.argv) > 5:  # THRESHOLD warn|replace
+            watched = Stragglers(float(sys.argv[5]), sys.argv[6] == "replace")
+        watch(
+            Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "quiet",
+            stragglers=watched,
+        )  # fmt: skip

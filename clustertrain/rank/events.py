@@ -2,12 +2,13 @@
 
 Four writers append to the same file: ``submit`` (``queued``), the supervisor (``started``,
 ``node_check``, ``qualified``, ``flagged``, ``signal``, ``requeued``, ``restarted``,
-``ended``: clustertrain.node.supervisor), its watchdog (``hang``, ``node_lost``) and the training
-script's rank 0, through :func:`record` or the runtime library (``runtime.milestone``: the
-:data:`MILESTONES`; ``runtime.log_metrics``: ``metrics``; and ``step``, ``epoch``,
-``checkpoint``, ``stop``). Besides its name, time and attempt, an event holds a few texts and
-at most :data:`MAX_VALUES` numbers, each a finite number under a metric's name
-(:data:`clustertrain.protocol.METRIC_NAME`); a line with anything else is left out whole.
+``ended``: clustertrain.node.supervisor), its watchdog (``hang``, ``straggler``,
+``node_lost``) and the training script's rank 0, through :func:`record` or the runtime
+library (``runtime.milestone``: the :data:`MILESTONES`; ``runtime.log_metrics``:
+``metrics``; and ``step``, ``epoch``, ``checkpoint``, ``stop``). Besides its name, time and
+attempt, an event holds a few texts and at most :data:`MAX_VALUES` numbers, each a finite
+number under a metric's name (:data:`clustertrain.protocol.METRIC_NAME`); a line with
+anything else is left out whole.
 Each line is one small ``write`` on a file opened for appending, which a local filesystem keeps
 whole. The names are :data:`NAMES`;
 ``plot`` and ``status`` read them back with :func:`read`, which trusts nothing in the file: a run
@@ -34,6 +35,7 @@ QUEUED, STARTED, NODE_CHECK, SIGNAL = "queued", "started", "node_check", "signal
 QUALIFIED, FLAGGED = "qualified", "flagged"
 REQUEUED, RESTARTED, ENDED = "requeued", "restarted", "ended"
 HANG, NODE_LOST, CHECKPOINT = "hang", "node_lost", "checkpoint"
+STRAGGLER = "straggler"
 # In the order a job goes through them.
 NAMES = (
     QUEUED,
@@ -51,6 +53,7 @@ NAMES = (
     "stop",
     REQUEUED,
     HANG,
+    STRAGGLER,
     NODE_LOST,
     RESTARTED,
     ENDED,

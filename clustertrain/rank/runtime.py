@@ -31,9 +31,12 @@ import contextlib
 import faulthandler
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -183,18 +186,21 @@ def milestone(name: str, seconds: float | None = None) -> None:
 
 
 class _Heartbeat:
-    """One rank's progress file: the newest step, written in place at every call (one pwrite
-    of a fixed-width line: microseconds, bench/heartbeat.py), its mtime the time of progress."""
+    """One rank's progress file: the newest step and the running total of seconds in
+    :func:`compute` sections, written in place at every call (one pwrite of a fixed-width line:
+    microseconds, bench/heartbeat.py), its mtime the time of progress. Beside it, once, the
+    rank's node (``rank-N.node``), for the watchdog's straggler scores."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
         self.ready = False
+        self.compute_s = 0.0
 
     def beat(self, step: int) -> None:
         if not self.ready:
             self._start()
         if self.fd is not None:
-            os.pwrite(self.fd, f"{step:>20}\n".encode(), 0)
+            os.pwrite(self.fd, f"{step:>20} {self.compute_s:>20.6f}\n".encode(), 0)
 
     def _start(self) -> None:
         """Open the file, and have every thread's stack written beside it on DUMP_SIGNAL
@@ -206,12 +212,28 @@ class _Heartbeat:
         rank = env.from_environ().rank
         Path(folder).mkdir(parents=True, exist_ok=True)
         self.fd = os.open(Path(folder, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o644)
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        Path(folder, f"rank-{rank}.node").write_text(node + "\n", encoding="utf-8")
         stacks = open(Path(folder, f"rank-{rank}.stack"), "w")  # noqa: SIM115 - kept open
         signum = getattr(signal, f"SIG{protocol.DUMP_SIGNAL}")
         faulthandler.register(signum, file=stacks, all_threads=True, chain=False)
 
 
 _HEARTBEAT = _Heartbeat()
+
+
+@contextlib.contextmanager
+def compute() -> Iterator[None]:
+    """Time this rank's own work: a section with no collective in it, such as the forward
+    pass and the loss (DDP's backward waits for every rank in its all-reduce, and so does a
+    whole step). Its running total rides on :func:`heartbeat`, and the watchdog names a node
+    whose ranks stay slower than the others' (``straggler: node3 ...``). Costs two clock reads.
+    """
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        _HEARTBEAT.compute_s += time.perf_counter() - started
 
 
 def heartbeat(step: int) -> None:

@@ -192,6 +192,8 @@ def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
         "max_requeues": spec.max_requeues,
         "requeue_on_node_failure": spec.requeue_on_node_failure,
         "tasks": tasks or None,
+        "straggler_threshold": spec.straggler_threshold,
+        "straggler_action": spec.straggler_action,
     }
     if spec.qualify:
         plan |= {"qualify": True, "qualify_threshold": spec.qualify_threshold,

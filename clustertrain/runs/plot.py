@@ -34,6 +34,7 @@ MARKS = {
     events.NODE_CHECK: "k|",
     events.HANG: "mX",
     events.NODE_LOST: "rX",
+    events.STRAGGLER: "yD",
     events.RESTARTED: "m>",
 }
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")

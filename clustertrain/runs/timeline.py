@@ -263,3 +263,9 @@ def qualification(found: list[Event]) -> list[str]:
              f"{len(flagged)} flagged)"]  # fmt: skip
     lines += [f"flagged: {e.values.get('nodes', '?')}: {e.values.get('why', '')}" for e in flagged]
     return lines
+
+
+def stragglers(found: list[Event]) -> list[str]:
+    """Each straggler the watchdog named, as it said it, with the attempt."""
+    return [f"straggler: {e.values.get('why', '')} (attempt {e.attempt})"
+            for e in found if e.name == events.STRAGGLER]  # fmt: skip

@@ -401,6 +401,12 @@ def on_flagged(name: str, value: Any) -> str:
     return str(value)
 
 
+def straggler_action(name: str, value: Any) -> str:
+    if value not in ("warn", "replace"):
+        raise FieldError(name, value, "must be warn (name it) or replace (swap it for a spare)")
+    return str(value)
+
+
 # The checks that are a pattern: each field of JobSpec names its check (clustertrain.spec).
 partition = pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug")
 account = pattern(_SLURM_NAME, "must be a Slurm account name like proj-123")

@@ -51,6 +51,8 @@ SAMPLES: dict[str, Any] = {
     "qualify_threshold": 2.5,
     "on_flagged": "warn",
     "exclude": ["node3", "node4"],
+    "straggler_threshold": 1.75,
+    "straggler_action": "replace",
     "avoid_bad_nodes": False,
     "hang_timeout_s": 600,
     "hang_on_quiet": True,
