@@ -9,6 +9,9 @@
 - link: node3's link at 10 Mbit (`cluster degrade node3 --link-rate 10mbit`): how often it is
   flagged (and how often another node is).
 - cpu: node3's processes at 25 % of one CPU (`--cpu 25%`), likewise.
+- straggler: a 2-node MNIST run (`jobs/mnist.yaml`, `--recipe fast --epochs 3`); once it
+  logs steps, node2's CPU goes to 25 %: the time from then to the watchdog's ``straggler``
+  event naming node2.
 
 Each job uses ``--on-flagged warn`` (it trains on, and the next run starts). Needs root and
 `clustertrain cluster up` (namespace layout); heals what it degrades. Prints a Markdown table.
@@ -30,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "clustertrain"]
 # Without the node record: a node flagged in one run must be measured again in the next.
-JOB = ["--script", "tests/jobs/hello_world.py", "--procs-per-node", "1", "--on-flagged", "warn",
+JOB = ["--script", "tests/jobs/hello_world.py", "--procs-per-node", "1", "--cpus-per-task", "1",
+       "--on-flagged", "warn",
        "--no-avoid-bad-nodes"]  # fmt: skip
 
 
@@ -84,11 +88,39 @@ def flags(label: str, runs: int, env: dict[str, str], degrade: list[str]) -> str
     return f"| {label} | {runs} | {node3} | {others} |"
 
 
+def straggler(env: dict[str, str]) -> float:
+    """Seconds from node2's slowdown to the straggler event naming it."""
+    out = _cli("submit", "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1",
+               "--no-avoid-bad-nodes", "--sbatch-option=--nodelist=node1,node2", "--",
+               "--recipe", "fast", "--epochs", "3", env=env)  # fmt: skip
+    job_id = re.search(r"submitted job (\d+)", out)[1]  # type: ignore[index]
+    events = Path(re.search(r"run folder: (.+)", out)[1]) / "events.jsonl"  # type: ignore[index]
+    while '"step"' not in (events.read_text() if events.exists() else ""):
+        time.sleep(0.5)
+    time.sleep(5)
+    slowed = time.time()
+    _cli("cluster", "degrade", "node2", "--cpu", "25%", env=env)
+    try:
+        while True:
+            found = [json.loads(line) for line in events.read_text().splitlines()]
+            named = [e for e in found if e["event"] == "straggler" and e["nodes"] == "node2"]
+            if named:
+                return named[0]["time"] - slowed
+            if time.time() - slowed > 300:
+                raise SystemExit("no straggler named in 300 s")
+            time.sleep(0.5)
+    finally:
+        _cli("cluster", "heal", "node2", env=env)
+        _cli("cancel", job_id, env=env)
+        subprocess.run([*CLI, "logs", job_id, "--follow"], cwd=ROOT, env=env,
+                       capture_output=True, check=False)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--nodes", default="2,3,4")
-    parser.add_argument("--only", choices=["cost", "healthy", "link", "cpu"])
+    parser.add_argument("--only", choices=["cost", "healthy", "link", "cpu", "straggler"])
     args = parser.parse_args()
     runs_dir = tempfile.mkdtemp(prefix="bench-qualify-")
     env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": runs_dir, "XDG_CONFIG_HOME": runs_dir}
@@ -104,6 +136,10 @@ def main() -> None:
             table.append(flags(label, args.runs, env, degrade))
             print(table[-1], flush=True)
     print("\n".join(table))
+    if args.only in (None, "straggler"):
+        times = [straggler(env) for _ in range(min(args.runs, 3))]
+        print(f"\nstraggler named after node2 slowed down: {', '.join(f'{t:.1f}' for t in times)}"
+              f" s (median {statistics.median(times):.1f} s)")  # fmt: skip
     print(f"\n({time.time() - started:.0f} s in all)")
 
 

@@ -20,7 +20,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-WINDOW_S, HOLD_S = 10.0, 15.0
+WINDOW_S, HOLD_S = 8.0, 10.0
 
 
 @dataclass(frozen=True)

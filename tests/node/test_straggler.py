@@ -33,7 +33,7 @@ def _feed(scorer: straggler.Scorer, seconds: int, per_step: dict[str, float]) ->
 def test_a_node_that_stays_slow_is_named_once_with_its_ranks_and_figure() -> None:
     scorer = straggler.Scorer(threshold=1.5)
     said = _feed(scorer, 60, {"node1": 0.010, "node2": 0.019, "node3": 0.011})
-    assert said == ["straggler: node2 (ranks 2-3) at 1.8x the median compute time since step 5"]
+    assert said == ["straggler: node2 (ranks 2-3) at 1.8x the median compute time since step 4"]
 
 
 def test_noise_under_the_threshold_and_a_short_slow_spell_name_no_one() -> None:

@@ -79,6 +79,16 @@ CASES = {
         "spare_nodes": 2,
         "requeue_on_node_failure": True,
     },
+    "qualify-2x8": {  # every node qualified, spare too; nodes excluded; stragglers replaced
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "spare_nodes": 1,
+        "qualify": True,
+        "qualify_threshold": 2.5,
+        "on_flagged": "warn",
+        "exclude": ["node7", "gpu-a.12"],
+        "straggler_action": "replace",
+    },
     "sweep-2x1": {
         "nodes": 2,
         "sweep": {"lr": ["0.1", "0.2"], "seed": ["1", "2"], "note": ["it's"]},
