@@ -32,6 +32,7 @@ STOP_SIGNAL = "USR2"
 # as values), the local supervisor and the ranks use the same names.
 SPEC_FILE = "spec.yaml"
 RECORD_FILE = "job.json"
+PLAN_FILE = "plan.json"  # what the supervisor runs and decides (clustertrain.node.plan)
 # A run submitted with --host: where it is (clustertrain.backends.remote), beside its job.json.
 REMOTE_FILE = "remote.json"
 PREPARE_LOG = "prepare.log"  # the prepare step's output (clustertrain.backends.prepare)

@@ -313,7 +313,10 @@ class Stragglers:
             rank = int(match[1])
             with contextlib.suppress(OSError, ValueError, IndexError):
                 if rank not in self.nodes:
-                    self.nodes[rank] = (folder / f"rank-{rank}.node").read_text().strip()[:64]
+                    node = (folder / f"rank-{rank}.node").read_text(errors="replace").strip()
+                    if not protocol.NODE_NAME.fullmatch(node):
+                        continue  # not a node's name: this rank is not scored
+                    self.nodes[rank] = node
                 step, total = path.read_text().split()[:2]
                 self.scorer.add(rank, straggler.Beat(path.stat().st_mtime, int(step), float(total)))
         for line in self.scorer.update(now, self.nodes):

@@ -21,7 +21,8 @@ from clustertrain.render.templates import render_template
 from clustertrain.spec import JobSpec, sbatch, sweep
 from clustertrain.version import __version__
 
-BATCH_SCRIPT, LAUNCH_SCRIPT, PLAN_FILE = "job.sbatch", "launch.sh", "plan.json"
+BATCH_SCRIPT, LAUNCH_SCRIPT = "job.sbatch", "launch.sh"
+PLAN_FILE = protocol.PLAN_FILE
 
 
 @dataclass(frozen=True)

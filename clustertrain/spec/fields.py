@@ -366,47 +366,6 @@ def container_env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
     return env_mapping(name, value, allowed=frozenset({"PATH"}))
 
 
-def node_names(name: str, value: Any) -> tuple[str, ...]:
-    """Slurm node names, one each (``exclude``): never a range, an option or a list in one."""
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or len(items) > 1024:
-        raise FieldError(name, value, "must be a list of Slurm node names like node3")
-    for item in items:
-        if not isinstance(item, str) or not protocol.NODE_NAME.fullmatch(item):
-            raise FieldError(
-                name, item, "must be one Slurm node name like node3 (no range, no option)"
-            )
-    return tuple(dict.fromkeys(items))
-
-
-def ratio(low: float, high: float) -> Any:
-    """A number above ``low`` and at most ``high``, from a job file (``2``, ``1.5``) or a flag."""
-
-    def check(name: str, value: Any) -> float:
-        valid = f"must be a number above {low:g} and at most {high:g}, e.g. 2.0"
-        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,6})?", value):
-            value = float(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise FieldError(name, value, valid)
-        if not low < value <= high:
-            raise FieldError(name, value, valid)
-        return float(value)
-
-    return check
-
-
-def on_flagged(name: str, value: Any) -> str:
-    if value not in ("fail", "warn"):
-        raise FieldError(name, value, "must be fail (end the job, naming the node) or warn")
-    return str(value)
-
-
-def straggler_action(name: str, value: Any) -> str:
-    if value not in ("warn", "replace"):
-        raise FieldError(name, value, "must be warn (name it) or replace (swap it for a spare)")
-    return str(value)
-
-
 # The checks that are a pattern: each field of JobSpec names its check (clustertrain.spec).
 partition = pattern(_SLURM_NAME, "must be a Slurm partition name like gpu or debug")
 account = pattern(_SLURM_NAME, "must be a Slurm account name like proj-123")

@@ -14,6 +14,7 @@ from typing import Any
 
 from clustertrain.errors import FieldError
 from clustertrain.spec import fields, sweep
+from clustertrain.spec import nodes as node_checks
 from clustertrain.spec.fields import ContainerRuntime, Launcher
 from clustertrain.spec.jobfile import Plain
 from clustertrain.spec.sweep import MAX_TASKS as MAX_SWEEP_TASKS
@@ -158,29 +159,29 @@ class JobSpec:
         "pairs; a node slower than the median by more than qualify_threshold is flagged.",
     )  # fmt: skip
     qualify_threshold: float = _field(
-        3.0, fields.ratio(1.0, 1000.0),
+        3.0, node_checks.ratio(1.0, 1000.0),
         "How many times slower than the allocation's median a node's compute or link may be "
         "before it is flagged.", metavar="X",
     )  # fmt: skip
     on_flagged: str = _field(
-        "fail", fields.on_flagged,
+        "fail", node_checks.on_flagged,
         "A flagged node with no spare left to replace it: fail (end the job before training, "
         "naming it) or warn (train on it, and say so).",
     )  # fmt: skip
     # Stragglers (clustertrain.node.straggler): a node whose ranks' runtime.compute() sections
     # stay slower than the other nodes' by this many times is named (and with replace, swapped).
     straggler_threshold: float = _field(
-        2.0, fields.ratio(1.0, 1000.0),
+        2.0, node_checks.ratio(1.0, 1000.0),
         "How many times slower than the other nodes' a node's compute time (runtime.compute "
         "sections) may stay before it is named a straggler.", metavar="X",
     )  # fmt: skip
     straggler_action: str = _field(
-        "warn", fields.straggler_action,
+        "warn", node_checks.straggler_action,
         "A straggler is named (warn), or with a spare node swapped for it at the next "
         "checkpoint (replace).",
     )  # fmt: skip
     exclude: tuple[str, ...] = _field(
-        (), fields.node_names, "A node this job must not get (repeatable).", metavar="NODE"
+        (), node_checks.node_names, "A node this job must not get (repeatable).", metavar="NODE"
     )
     avoid_bad_nodes: bool = _field(
         True, fields.boolean,
