@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,6 +136,13 @@ class Run:
         return next((r for r in reversed(records) if r.get("event") == "done"), None)
 
 
+def private_mode(root: Path) -> int:
+    """A run folder's mode: its user's alone (0700: it holds the code, the logs and the
+    checkpoints), unless its runs root is a team's (setgid, as `chmod g+s` makes it): then the
+    group reads it too (2750), and writes nothing in it."""
+    return 0o2750 if root.stat().st_mode & stat.S_ISGID else 0o700
+
+
 def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Path:
     """Create the run folder with what is about to be submitted (and the output of its prepare
     commands). Fails if it exists."""
@@ -144,8 +152,10 @@ def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Pa
 
     path = Path(job.run_dir)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir()
+        if not path.parent.exists():  # a runs root of its own: the user's alone
+            path.parent.mkdir(parents=True, mode=0o700)
+        path.mkdir(mode=0o700)
+        path.chmod(private_mode(path.parent))
     except OSError as exc:
         raise UserError(
             f"run folder: cannot create {path}: {exc.strerror}; choose another --runs-dir"
@@ -281,15 +291,19 @@ def all_runs(root: Path, warn: Callable[[str], None] | None = None) -> list[Run]
     warning to ``warn``. Folders without a record (not a submission) are left out silently."""
     if not root.is_dir():
         return []
+    try:
+        children = list(root.iterdir())
+    except OSError as exc:  # another user's runs root, private to them
+        raise UserError(f"runs dir: cannot read {root}: {exc.strerror}") from None
     runs = []
-    for child in root.iterdir():
-        if not child.is_dir() or child.is_symlink() or not (child / RECORD).exists():
-            continue
+    for child in children:
         try:
+            if not child.is_dir() or child.is_symlink() or not (child / RECORD).exists():
+                continue
             runs.append(read_run(child))
-        except RunFolderError as exc:
+        except (RunFolderError, OSError) as exc:
             if warn is not None:
-                warn(f"skipping a malformed run folder: {printable(str(exc))}")
+                warn(f"skipping a run folder: {printable(str(exc))}")
     return sorted(runs, key=lambda r: (r.submitted_at, r.path.name), reverse=True)
 
 

@@ -306,7 +306,7 @@ def test_a_malformed_run_is_skipped_by_list_and_refused_by_the_others(
     listed = run_cli("list", cwd=tmp_path, env=env)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == ["7"]
-    assert "warning: skipping a malformed run folder" in listed.stderr
+    assert "warning: skipping a run folder" in listed.stderr
     for command in ("status", "logs", "cancel"):
         done = run_cli(command, "crafted", cwd=tmp_path, env=env)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
