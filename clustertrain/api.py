@@ -163,7 +163,10 @@ def submit(
                 "workdir", fields["workdir"], "with host the job runs at this directory's place "
                 "in the code snapshot; leave workdir out",
             )  # fmt: skip
-        from clustertrain.backends import hosts  # lazy: start-up time
+        from clustertrain.backends import hosts, snapshot  # lazy: start-up time
+
+        if job_file is not None:
+            snapshot.check_inside(Path(job_file), Path.cwd())
 
         switches = ["--dry-run"] * dry_run + ["--no-preflight"] * (not preflight)
         return submit_remote(

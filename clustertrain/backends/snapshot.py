@@ -45,6 +45,21 @@ def _git(top: Path, *args: str) -> bytes:
     return done.stdout
 
 
+def check_inside(path: Path, directory: Path) -> None:
+    """Refuse a file (a job file) outside the git tree holding ``directory``: the login node
+    would read whatever is at that path on *its* disk (on a shared login node, anyone's)."""
+    inside = subprocess.run(
+        ["git", "-C", str(directory), "rev-parse", "--show-toplevel"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    top = Path(inside.stdout.strip()).resolve() if inside.returncode == 0 else None
+    if top is not None and not (directory / path).resolve().is_relative_to(top):
+        raise UserError(
+            f"job file: {path} is outside the git tree sent to the login node ({top}); "
+            "move it into the tree, or submit on the login node itself"
+        )
+
+
 def take(directory: Path, allow_dirty: bool = False) -> Snapshot:
     """The snapshot of the tree holding ``directory``; refuses a dirty tree without
     ``allow_dirty`` and a directory outside git, each in one line."""

@@ -222,3 +222,21 @@ def test_the_api_refuses_a_workdir_with_a_host(tmp_path: Path) -> None:
     with pytest.raises(FieldError, match="^workdir: .*leave workdir out"):
         clustertrain.submit(host="login", workdir="/x", nodes=1, runs_dir=str(tmp_path / "r"))
     assert not (tmp_path / "r").exists()
+
+
+def test_a_job_file_outside_the_snapshot_is_refused_before_anything_is_sent(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The login node would read whatever is at that path on its own disk (anyone's, on a
+    shared login node), and run its prepare commands as you."""
+    from clustertrain import api
+
+    sent: list[Any] = []
+    monkeypatch.setattr(api, "submit_remote", lambda *args: sent.append(args))
+    outside = tmp_path / "planted.yaml"
+    outside.write_text("nodes: 1\nscript: train.py\n")
+    monkeypatch.chdir(tree)
+    with pytest.raises(UserError, match=r"^job file: .*planted.yaml is outside the git tree"):
+        clustertrain.submit(str(outside), host="login", runs_dir=str(tmp_path / "runs"))
+    clustertrain.submit("sub/job.yaml", host="login", runs_dir=str(tmp_path / "runs"))
+    assert len(sent) == 1 and sent[0][1][0] == "sub/job.yaml"
