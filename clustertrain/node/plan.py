@@ -8,14 +8,13 @@ refused, not obeyed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
-from clustertrain.files import RunFolderError, read_regular
+from clustertrain.files import RunFolderError, parse_json, read_regular
 from clustertrain.node import policy
 
 __all__ = ["PLAN_FILE", "Plan", "PlanError", "Word"]
@@ -62,8 +61,8 @@ class Plan:
         except RunFolderError as exc:
             raise PlanError(str(exc)) from None
         try:
-            return cls.from_dict(json.loads(data.decode("utf-8")))
-        except (ValueError, TypeError, KeyError) as exc:
+            return cls.from_dict(parse_json(data, str(path)))
+        except (RunFolderError, ValueError, TypeError, KeyError) as exc:
             raise PlanError(f"{path}: not a clustertrain plan ({exc})") from None
 
     @classmethod

@@ -152,9 +152,8 @@ def parse(data: bytes, path: str = "<job file>", what: str = "job file") -> Any:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise FieldError(
-            what, path, f"is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}"
-        ) from None
+        said = " ".join(str(getattr(exc, "problem", None) or exc).split())[:200]
+        raise FieldError(what, path, f"is not valid YAML{line}: {said}") from None
 
 
 def flag_mapping(field: str, items: Any, example: str) -> Any:
