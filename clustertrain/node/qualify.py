@@ -7,9 +7,10 @@ allocation, spares included, when the job asks for it (``qualify``):
   thread): the node's figure is GFLOP/s.
 - **fabric**, "pairwise-quick": the nodes join one process group with the job's own collective
   backend (NCCL with GPUs, gloo on CPUs) through the rendezvous port, and in at most
-  ``ROUNDS`` rounds (a round-robin schedule, each pair of a round at once) each pair sends a
-  fixed payload both ways. A node's figure is its best pair's MiB/s: a slow link slows every
-  pair of its node, a healthy node has one fast pair at least. Two nodes alone cannot tell
+  ``ROUNDS`` rounds of a round-robin schedule each pair sends a fixed payload both ways, up to
+  ``EXCHANGES`` times (a pair at a time: see :func:`fabric`). A node's figure is its best
+  pair's MiB/s: a slow link slows every pair of its node, a healthy node has one fast pair at
+  least. Two nodes alone cannot tell
   whose link is slow: their one pair is both nodes' figure, and neither is flagged.
 
 :func:`flag` is the verdict, pure: a node whose figure is worse than the allocation's median by
@@ -28,10 +29,10 @@ from typing import Any
 
 # The fixed work: MATMUL_N x MATMUL_N float32 products, MATMUL_REPEAT times (about 0.3 s of
 # one CPU thread: several of the scheduler's 100 ms periods, so a CPU quota shows); PAYLOAD
-# bytes each way between the two nodes of a pair, EXCHANGES times (the best counts); ROUNDS
-# rounds of pairs at most.
+# bytes each way between the two nodes of a pair, up to EXCHANGES times or PAIR_BUDGET_S (the
+# best counts); ROUNDS rounds of pairs at most.
 MATMUL_N, MATMUL_REPEAT, GPU_REPEAT = 384, 120, 200
-PAYLOAD, EXCHANGES = 256 << 10, 3
+PAYLOAD, EXCHANGES, PAIR_BUDGET_S = 256 << 10, 8, 0.5
 ROUNDS = 3
 JOIN_S = 60.0
 
@@ -137,16 +138,32 @@ def compute(torch: Any) -> float:
 
 
 def fabric(torch: Any, dist: Any, rank: int, world: int) -> float | None:
-    """This node's best exchange's MiB/s, in the rounds of :func:`pairs` (None alone)."""
-    payload = torch.ones(PAYLOAD // 4, device="cuda" if torch.cuda.is_available() else "cpu")
+    """This node's best exchange's MiB/s, in the rounds of :func:`pairs` (None alone).
+
+    One pair at a time, the others waiting: on nodes that share anything (this project's local
+    cluster shares two cores), a pair measured while other pairs run is measured against them.
+    Each pair exchanges up to EXCHANGES times and keeps its best; the lower rank stops the pair
+    once PAIR_BUDGET_S is spent, so a slow link costs about that much a pair."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    payload, go = torch.ones(PAYLOAD // 4, device=device), torch.zeros(1, device=device)
     best = None
     for round_ in pairs(world):
-        dist.barrier()
         for low, high in round_:
-            if rank in (low, high):
-                for _ in range(EXCHANGES):
-                    speed = _exchange(dist, payload, rank, high if rank == low else low)
-                    best = speed if best is None else max(best, speed)
+            dist.barrier()
+            if rank not in (low, high):
+                continue
+            peer, started = (high if rank == low else low), time.perf_counter()
+            for count in range(1, EXCHANGES + 1):
+                speed = _exchange(dist, payload, rank, peer)
+                best = speed if best is None else max(best, speed)
+                if rank == low:
+                    more = count < EXCHANGES and time.perf_counter() - started < PAIR_BUDGET_S
+                    go.fill_(1.0 if more else 0.0)
+                    dist.send(go, peer)
+                else:
+                    dist.recv(go, peer)
+                if go.item() == 0.0:
+                    break
     dist.barrier()
     return best
 
