@@ -7,7 +7,8 @@ runs a plain torchrun script (`tests/jobs/where_am_i.py`, one process per node, 
 gloo) on each size in turn through the CLI, then takes the cluster down. For each size:
 submit to the first step (the last rank's process start, i.e. every node's launcher has
 started it), the node check's own time as the batch script prints it, and submit to the first
-all-reduce done on every rank. Needs root.
+all-reduce done on every rank. With ``--qualify``, the jobs qualify their nodes
+(clustertrain.node.qualify) and the node check's time includes it. Needs root.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ SIZES = (2, 4, 8, 16)
 SCRIPT = "tests/jobs/where_am_i.py"
 
 
-def run_size(nodes: int, env: dict[str, str]) -> dict[str, Any]:
+def run_size(nodes: int, env: dict[str, str], qualify: bool = False) -> dict[str, Any]:
     submitted = time.time()
     done = subprocess.run(
         [sys.executable, "-m", "clustertrain", "submit", "--launcher", "torchrun",
          "--script", SCRIPT, "--nodes", str(nodes), "--gpus-per-node", "0",
-         "--cpus-per-task", "1"],
+         "--cpus-per-task", "1", *(["--qualify", "--on-flagged", "warn"] * qualify)],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     job_id = re.search(r"submitted job (\d+)", done.stdout)[1]  # type: ignore[index]
@@ -57,11 +58,12 @@ def run_size(nodes: int, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], qualify: bool = False) -> str:
     cpus = len(os.sched_getaffinity(0))
+    how = " --qualify`; the node check includes the qualification" if qualify else "`"
     lines = [
         f"Local cluster, namespace layout, {cpus} CPU cores shared by all nodes; one process "
-        "per node (gloo); one run each (`python -m bench.nodes`).",
+        f"per node (gloo); one run each (`python -m bench.nodes{how}).",
         "",
         "| nodes | distinct hosts | submit to first step | node check | submit to first "
         "all-reduce |",
@@ -79,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, help="also write the table to this file")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--qualify", action="store_true", help="jobs with --qualify")
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="clustertrain-bench-nodes-") as work:
@@ -89,10 +92,10 @@ def main() -> None:
         conf = cluster.up(layout)
         try:
             env = {**os.environ, "SLURM_CONF": conf, "CLUSTERTRAIN_RUNS_DIR": f"{work}/runs"}
-            rows = [run_size(n, env) for n in sizes]
+            rows = [run_size(n, env, args.qualify) for n in sizes]
         finally:
             cluster.down(layout.state_dir)
-    text = table(rows)
+    text = table(rows, args.qualify)
     print(text)
     if args.write:
         args.write.write_text(text)
