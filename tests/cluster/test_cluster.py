@@ -314,6 +314,27 @@ def test_down_leaves_no_process_of_the_login_nodes_namespace(live: cluster.Layou
     assert "other processes on the hosts: none" in run_cli("cluster", "status").stdout
 
 
+@pytest.mark.slurm
+def test_down_leaves_no_queue_discipline_or_cgroup_of_a_degraded_node(live: cluster.Layout) -> None:
+    """`cluster degrade` puts a tbf queue on both ends of a node's link and its processes in a
+    cpu cgroup with a quota; `cluster down` removes both, even without `heal`."""
+    if live.network != "namespaces":
+        pytest.skip("degrade needs the namespace layout")
+    degraded = run_cli("cluster", "degrade", "node4", "--link-rate", "10mbit", "--cpu", "50%")
+    assert degraded.returncode == 0, degraded.stderr
+    groups = lambda: [*Path("/sys/fs/cgroup/cpu").glob("clustertrain-*-node4-slow"),  # noqa: E731
+                      *Path("/sys/fs/cgroup").glob("clustertrain-*-node4-slow")]  # fmt: skip
+    qdiscs = lambda: subprocess.run(["tc", "qdisc", "show"], capture_output=True,  # noqa: E731
+                                    text=True, check=True).stdout  # fmt: skip
+    assert groups() and " tbf " in qdiscs()
+    try:
+        down = run_cli("cluster", "down")
+        assert down.returncode == 0, down.stderr
+        assert groups() == [] and " tbf " not in qdiscs()
+    finally:
+        cluster.up(live)
+
+
 def test_down_names_a_process_that_outlives_it_and_keeps_the_hosts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
