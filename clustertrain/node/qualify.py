@@ -27,12 +27,13 @@ import time
 from datetime import timedelta
 from typing import Any
 
-# The fixed work: MATMUL_N x MATMUL_N float32 products, MATMUL_REPEAT times (about 0.15 s of
-# one CPU thread: more than one of the scheduler's 100 ms periods, so a CPU quota shows); PAYLOAD
+# The fixed work: MATMUL_N x MATMUL_N float32 products, MATMUL_REPEAT times (about 0.25 s of
+# one CPU thread here: several of the scheduler's 100 ms periods, so that a CPU quota shows
+# whole: 0.07 s of it read a node at 25 % of a CPU as only 2.3-3.6x slower); PAYLOAD
 # bytes each way between the two nodes of a pair, MIN_EXCHANGES times, then up to EXCHANGES
 # times while the pair has spent less than PAIR_BUDGET_S (the best counts); ROUNDS rounds of
 # pairs at most.
-MATMUL_N, MATMUL_REPEAT, GPU_REPEAT = 384, 60, 200
+MATMUL_N, MATMUL_REPEAT, GPU_REPEAT = 384, 200, 200
 PAYLOAD, MIN_EXCHANGES, EXCHANGES, PAIR_BUDGET_S = 256 << 10, 3, 8, 0.5
 ROUNDS = 3
 JOIN_S = 60.0
@@ -120,7 +121,7 @@ def _join(torch: Any, dist: Any, head: str, port: int, interface: str | None) ->
 def _in_turns(torch: Any, dist: Any, rank: int, world: int) -> float:
     """:func:`compute` on every node: at once on GPUs (each node's own), in turns on CPUs, the
     others waiting, so that nodes sharing cores (this project's local cluster) are each
-    timed alone, as separate hosts would be (about 0.15 s a node)."""
+    timed alone, as separate hosts would be (about 0.25 s a node)."""
     if torch.cuda.is_available():
         dist.barrier()
         return compute(torch)
