@@ -49,7 +49,8 @@ class Plan:
     # Qualification (clustertrain.node.qualify): the node check then runs on every node of the
     # allocation, spares too, and these decide what a flagged node means.
     qualify: bool = False
-    qualify_threshold: float = 3.0
+    compute_threshold: float = 2.0
+    link_threshold: float = 10.0
     on_flagged: str = "fail"
     straggler_threshold: float = 2.0
     straggler_action: str = "warn"
@@ -85,7 +86,8 @@ class Plan:
             if tasks is None
             else {str(_count(int(k), low=0)): _texts(v) for k, v in dict(tasks).items()},
             qualify=_flag(raw.get("qualify", False)),
-            qualify_threshold=_ratio(raw.get("qualify_threshold", 3.0)),
+            compute_threshold=_ratio(raw.get("compute_threshold", 2.0)),
+            link_threshold=_ratio(raw.get("link_threshold", 10.0)),
             on_flagged=_choice(raw.get("on_flagged", "fail"), ("fail", "warn")),
             straggler_threshold=_ratio(raw.get("straggler_threshold", 2.0)),
             straggler_action=_choice(raw.get("straggler_action", "warn"), ("warn", "replace")),

@@ -14,7 +14,9 @@ allocation, spares included, when the job asks for it (``qualify``):
   whose link is slow: their one pair is both nodes' figure, and neither is flagged.
 
 :func:`flag` is the verdict, pure: a node whose figure is worse than the allocation's median by
-more than ``threshold`` times, or that failed a probe, is flagged with its figure. The
+more than ``compute_threshold`` or ``link_threshold`` times (each set from the measured spread
+of healthy nodes, which differs by far: docs/qualification.md), or that failed a probe, is
+flagged with its figure. The
 supervisor then swaps it for a spare, or ends the job, or trains and says so
 (:func:`clustertrain.node.policy.qualified`).
 """
@@ -51,12 +53,13 @@ def pairs(count: int, rounds: int = ROUNDS) -> list[list[tuple[int, int]]]:
     return schedule
 
 
-def flag(probes: list[dict[str, Any]], threshold: float) -> dict[str, str]:
+def flag(probes: list[dict[str, Any]], compute: float, link: float) -> dict[str, str]:
     """The flagged nodes, each with why: a failed probe, or a compute or link figure worse than
-    the median of the nodes' by more than ``threshold`` times."""
+    the median of the nodes' by more than ``compute`` or ``link`` times."""
     flagged = {p["node"]: f"qualification failed: {p['qualify_error']}" for p in probes
                if p.get("qualify_error")}  # fmt: skip
-    for key, unit, what in (("gflops", "GFLOP/s", "compute"), ("link_mib_s", "MiB/s", "link")):
+    for key, unit, what, threshold in (("gflops", "GFLOP/s", "compute", compute),
+                                       ("link_mib_s", "MiB/s", "link", link)):  # fmt: skip
         figures = {p["node"]: p[key] for p in probes if isinstance(p.get(key), (int, float))}
         if len(figures) < 2:
             continue

@@ -171,7 +171,7 @@ class Supervisor:
     def _qualified(self, probes: list[dict[str, Any]]) -> int:
         """Qualification's verdict carried out: flagged nodes said (an event each, with its
         figure), swapped for spares, or the end (clustertrain.node.policy.qualified)."""
-        flagged = qualify.flag(probes, self.plan.qualify_threshold)
+        flagged = qualify.flag(probes, self.plan.compute_threshold, self.plan.link_threshold)
         self.say(f"qualification: {qualify.summary(probes)}")
         self.event(events.QUALIFIED, nodes=" ".join(p["node"] for p in probes),
                    why=f"{len(flagged)} flagged")  # fmt: skip

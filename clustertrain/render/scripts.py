@@ -197,7 +197,8 @@ def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
         "straggler_action": spec.straggler_action,
     }
     if spec.qualify:
-        plan |= {"qualify": True, "qualify_threshold": spec.qualify_threshold,
+        plan |= {"qualify": True, "compute_threshold": spec.compute_threshold,
+                 "link_threshold": spec.link_threshold,
                  "on_flagged": spec.on_flagged}  # fmt: skip
     # A key a line, each value on its line: a person reads it, and a diff shows what changed.
     return (

@@ -1,5 +1,6 @@
 """The checks of the fields about nodes: which a job must not get (``exclude``), how much slower
-than the others a node may be (``qualify_threshold``, ``straggler_threshold``) and what is done
+than the others a node may be (``compute_threshold``, ``link_threshold``,
+``straggler_threshold``) and what is done
 then (``on_flagged``, ``straggler_action``). Each turns a value from a job file or a flag into
 the spec's type, or raises :class:`FieldError` naming the field, the value and the fix.
 """

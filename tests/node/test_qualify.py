@@ -44,18 +44,28 @@ def _probe(node: str, gflops: float | None = 40.0, link: float | None = 500.0) -
 
 def test_a_slow_link_or_a_slow_node_is_flagged_with_its_figure_against_the_median() -> None:
     probes = [_probe("node1"), _probe("node2", link=450.0), _probe("node3", link=1.2)]
-    assert qualify.flag(probes, 3.0) == {
+    assert qualify.flag(probes, 2.0, 10.0) == {
         "node3": "link 1.2 MiB/s, 375.0x slower than the median 450 MiB/s"
     }
     slow = [_probe("node1", 40.0), _probe("node2", 12.0), _probe("node3", 38.0)]
-    assert list(qualify.flag(slow, 3.0)) == ["node2"]
-    assert qualify.flag(slow, 3.5) == {}  # 38 / 12 = 3.2: within a threshold of 3.5
+    assert list(qualify.flag(slow, 3.0, 10.0)) == ["node2"]
+    assert qualify.flag(slow, 3.5, 10.0) == {}  # 38 / 12 = 3.2: within a threshold of 3.5
     failed = [_probe("node1"), {**_probe("node2"), "qualify_error": "joining the others: x"}]
-    assert qualify.flag(failed, 3.0) == {"node2": "qualification failed: joining the others: x"}
+    assert qualify.flag(failed, 2.0, 10.0) == {
+        "node2": "qualification failed: joining the others: x"
+    }
+
+
+def test_each_figure_has_its_own_threshold_set_from_the_healthy_spread() -> None:
+    """Healthy links on a shared 2-core host read up to 6.1x under their median, healthy
+    matmuls within 1.12x: a link 6x slower is no flag, a matmul 2.5x slower is."""
+    probes = [_probe("node1"), _probe("node2", 16.0, 83.0), _probe("node3"), _probe("node4")]
+    assert list(qualify.flag(probes, 2.0, 10.0)) == ["node2"]
+    assert qualify.flag(probes, 2.0, 10.0)["node2"].startswith("compute 16 GFLOP/s, 2.5x")
 
 
 def test_two_nodes_alone_cannot_say_whose_link_is_slow_and_neither_is_flagged() -> None:
-    assert qualify.flag([_probe("node1", link=1.0), _probe("node2", link=1.0)], 3.0) == {}
+    assert qualify.flag([_probe("node1", link=1.0), _probe("node2", link=1.0)], 2.0, 10.0) == {}
     assert qualify.summary([_probe("node1", 40.123, None)]) == "node1=40.1GF/s,-"
 
 
@@ -64,7 +74,7 @@ def _steps(job: Job) -> list[list[str]]:
 
 
 def _qualifying(tmp_path: Path, probes: list[dict[str, Any]], **plan: Any) -> Job:
-    job = Job(tmp_path, [ok], node_check=CHECK, qualify=True, qualify_threshold=3.0, **plan)
+    job = Job(tmp_path, [ok], node_check=CHECK, qualify=True, **plan)
     real_run = job.slurm.run
 
     def run(argv: Any, cwd: str | None = None, quiet: bool = False) -> int:
@@ -118,7 +128,7 @@ def test_nothing_flagged_trains_on_the_first_nodes_and_keeps_the_spare(tmp_path:
 
 
 @pytest.mark.parametrize(
-    "bad", [{"qualify_threshold": 1.0}, {"qualify_threshold": "3"}, {"on_flagged": "ignore"}]
+    "bad", [{"compute_threshold": 1.0}, {"link_threshold": "3"}, {"on_flagged": "ignore"}]
 )
 def test_a_plan_with_a_bad_qualification_value_is_refused(tmp_path: Path, bad: Any) -> None:
     from clustertrain.node.supervisor import Plan

@@ -84,7 +84,7 @@ CASES = {
         "gpus_per_node": 8,
         "spare_nodes": 1,
         "qualify": True,
-        "qualify_threshold": 2.5,
+        "compute_threshold": 2.5,
         "on_flagged": "warn",
         "exclude": ["node7", "gpu-a.12"],
         "straggler_action": "replace",
