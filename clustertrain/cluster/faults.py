@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from clustertrain.errors import UserError
@@ -116,11 +117,23 @@ def heal_names(names: netns.Names, nodes: list[str]) -> None:
             _tc(space, "qdisc", "del", "dev", link, "root", check=False)
         group = _group(names, node)
         if group.exists():
-            parent = group.parent / "cgroup.procs"
-            for pid in _members(group):
-                with contextlib.suppress(OSError):  # it ended meanwhile
-                    parent.write_text(f"{pid}\n")
+            _empty(group)
+
+
+def _empty(group: Path) -> None:
+    """Move every process of ``group`` back to its parent, then remove it. A member may fork
+    while it is moved, and its child is born in the group: move again until none is left."""
+    parent = group.parent / "cgroup.procs"
+    for _ in range(100):
+        for pid in _members(group):
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                parent.write_text(f"{pid}\n")
+        try:
             group.rmdir()
+            return
+        except OSError:  # EBUSY: a process was born in it meanwhile
+            time.sleep(0.05)
+    raise UserError(f"heal: {group} keeps getting new processes; run heal again")
 
 
 def leftovers(names: netns.Names, nodes: list[str]) -> list[str]:
