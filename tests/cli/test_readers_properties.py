@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from clustertrain import protocol
@@ -22,9 +22,12 @@ from clustertrain.rank import events
 from clustertrain.runs import Run, read_run
 from clustertrain.spec import build_spec, jobfile
 
+# derandomize: the same examples on every run, so that CI is not a lottery (a new example that
+# fails is found by a run with derandomize=False and kept as a named case).
 SETTINGS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+    max_examples=150, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)  # fmt: skip
 # JSON-like values, nested, with the awkward numbers and texts a forger would try.
 _SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
@@ -58,6 +61,7 @@ def test_json_from_a_run_folder_is_a_value_or_one_refusal(data: bytes) -> None:
 
 @SETTINGS
 @given(DOCUMENTS)
+@example(b'{"!\\n"}')  # found by a random run: a key with a newline split the error's line
 def test_a_job_file_is_a_spec_or_one_field_error(data: bytes) -> None:
     try:
         raw = jobfile.parse(data)
