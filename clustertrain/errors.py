@@ -19,5 +19,5 @@ class FieldError(UserError):
             shown = shown[:60] + f"... ({len(shown)} characters)"
         # A field's name can come from a job file's key: one that is not a plain name is shown
         # quoted, so a newline or an escape in it never splits or colours the one line.
-        name = field if field.isprintable() and len(field) <= 80 else repr(field)[:80]
+        name = field if field.isprintable() else repr(field)
         super().__init__(f"{name}: invalid value {shown}; {valid}")
