@@ -74,7 +74,7 @@ def plan(
     if node_record and spec.avoid_bad_nodes:
         from clustertrain.backends import noderecord  # lazy: start-up time
 
-        record = noderecord.merged(noderecord.load(_record_path()), noderecord.harvest(root))
+        record = noderecord.read(_record_path(), root)
         excluded = [e for e in record.entries if e.node not in spec.exclude]
         if excluded:
             spec = dataclasses.replace(spec, exclude=(*spec.exclude, *(e.node for e in excluded)))
@@ -94,7 +94,7 @@ def remember_bad_nodes(runs_dir: str | None = None) -> list[str]:
     from clustertrain.backends import noderecord  # lazy: start-up time
 
     path = _record_path()
-    record = noderecord.merged(noderecord.load(path), noderecord.harvest(runs.runs_root(runs_dir)))
+    record = noderecord.read(path, runs.runs_root(runs_dir))
     noderecord.save(path, record)
     return [entry.line() for entry in record.entries]
 

@@ -228,6 +228,11 @@ def merged(record: Record, harvested: list[Entry]) -> Record:
     return Record(current([*record.entries, *taken]), record.cleared)
 
 
+def read(path: Path, runs_root: Path) -> Record:
+    """The record at ``path`` with what your run folders under ``runs_root`` say added."""
+    return merged(load(path), harvest(runs_root))
+
+
 def clear(record: Record, nodes: list[str], now: float | None = None) -> Record:
     """The record without ``nodes``' entries; events before now no longer add them."""
     now = time.time() if now is None else now
