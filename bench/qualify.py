@@ -139,7 +139,7 @@ def main() -> None:
             print(table[-1], flush=True)
     print("\n".join(table))
     if args.only in (None, "straggler"):
-        times = [straggler(env) for _ in range(min(args.runs, 3))]
+        times = [straggler(env) for _ in range(min(args.runs, 5))]
         print(f"\nstraggler named after node2 slowed down: {', '.join(f'{t:.1f}' for t in times)}"
               f" s (median {statistics.median(times):.1f} s)")  # fmt: skip
     print(f"\n({time.time() - started:.0f} s in all)")

@@ -224,16 +224,38 @@ _HEARTBEAT = _Heartbeat()
 
 @contextlib.contextmanager
 def compute() -> Iterator[None]:
-    """Time this rank's own work: a section with no collective in it, such as the forward
-    pass and the loss (DDP's backward waits for every rank in its all-reduce, and so does a
-    whole step). Its running total rides on :func:`heartbeat`, and the watchdog names a node
-    whose ranks stay slower than the others' (``straggler: node3 ...``). Costs two clock reads.
+    """Time this rank's own work: a section with no collective in it (DDP's backward waits for
+    every rank in its all-reduce, and so does a whole step). Its running total rides on
+    :func:`heartbeat`, and the watchdog names a node whose ranks stay slower than the others'
+    (``straggler: node3 ...``). Costs two clock reads.
+
+    Not around a DDP model's call: DDP's forward begins with a broadcast of the module's
+    buffers (BatchNorm's statistics) from rank 0, in which rank 0 waits for the slowest rank,
+    so a slow node makes rank 0 look slow too. :func:`time_forward` times the module inside.
     """
     started = time.perf_counter()
     try:
         yield
     finally:
         _HEARTBEAT.compute_s += time.perf_counter() - started
+
+
+def time_forward(module: Any) -> None:
+    """Time every training-mode forward pass of ``module`` (a ``torch.nn.Module``, before DDP or
+    Accelerate wraps it) as this rank's own work, as :func:`compute` does: the module inside
+    the wrapper, after DDP's broadcast of its buffers, has no collective in it."""
+    started: list[float] = []
+
+    def before(*_: Any) -> None:
+        if module.training:
+            started.append(time.perf_counter())
+
+    def after(*_: Any) -> None:
+        if started:
+            _HEARTBEAT.compute_s += time.perf_counter() - started.pop()
+
+    module.register_forward_pre_hook(before)
+    module.register_forward_hook(after)
 
 
 def heartbeat(step: int) -> None:

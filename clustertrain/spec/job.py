@@ -175,12 +175,13 @@ class JobSpec:
         "A flagged node with no spare left to replace it: fail (end the job before training, "
         "naming it) or warn (train on it, and say so).",
     )  # fmt: skip
-    # Stragglers (clustertrain.node.straggler): a node whose ranks' runtime.compute() sections
-    # stay slower than the other nodes' by this many times is named (and with replace, swapped).
+    # Stragglers (clustertrain.node.straggler): a node whose ranks' timed work (runtime.compute(),
+    # runtime.time_forward()) stays slower than the other nodes' by this many times is named
+    # (and with replace, swapped).
     straggler_threshold: float = _field(
         2.0, node_checks.ratio(1.0, 1000.0),
-        "How many times slower than the other nodes' a node's compute time (runtime.compute "
-        "sections) may stay before it is named a straggler.", metavar="X",
+        "How many times slower than the other nodes' a node's compute time (runtime.time_forward, "
+        "runtime.compute) may stay before it is named a straggler.", metavar="X",
     )  # fmt: skip
     straggler_action: str = _field(
         "warn", node_checks.straggler_action,

@@ -88,6 +88,7 @@ class Trainer:
         test_loader: Any = DataLoader(self.test_set, TEST_BATCH_SIZE, collate_fn=whole_batch)
         torch.manual_seed(config.seed)
         net = model.build(self.recipe.model).to(s.device)
+        runtime.time_forward(net)  # this rank's own work, inside DDP: the stragglers' measure
         state = self.store.load_newest(s.log) if config.resume else None
         if state is not None and state["key"] != self.key:
             raise UserError(
@@ -297,8 +298,7 @@ class Trainer:
         start = time.time()
         for step, batch in enumerate(batches, at.step + 1):
             x, y = s.to_device(*batch)
-            with runtime.compute():  # this rank's own work: the stragglers' measure
-                loss = self.loss(self.model(x), y)
+            loss = self.loss(self.model(x), y)
             self.optimizer.zero_grad(set_to_none=True)
             s.backward(loss)
             self.optimizer.step()

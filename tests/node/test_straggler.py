@@ -75,3 +75,30 @@ def test_the_runtimes_heartbeat_line_and_node_file_are_what_the_watchdog_reads(
     watched = Stragglers(2.0, replace=False)
     assert watched.poll(tmp_path, srun_pid=os.getpid()) is False
     assert watched.nodes == {3: "node7"} and watched.scorer.history[3][-1].step == 2
+
+
+def test_time_forward_counts_the_training_forward_of_the_module_inside_ddp_not_eval(
+    tmp_path: Path,
+) -> None:
+    """A real DDP model (gloo, world of one): its call begins with DDP's broadcast of buffers;
+    the hooks time the module inside, in training mode only."""
+    code = (
+        "import time, torch, torch.distributed as dist\n"
+        "from clustertrain import runtime\n"
+        "class Slow(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.bn = torch.nn.BatchNorm1d(2)\n"
+        "    def forward(self, x):\n"
+        "        time.sleep(0.05 if self.training else 1.0); return self.bn(x)\n"
+        "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:0', rank=0, world_size=1)\n"
+        "net = Slow(); runtime.time_forward(net)\n"
+        "ddp = torch.nn.parallel.DistributedDataParallel(net)\n"
+        "ddp(torch.ones(4, 2)).sum().backward(); runtime.heartbeat(1)\n"
+        "ddp.eval(); ddp(torch.ones(4, 2)); runtime.heartbeat(2)\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {**os.environ, protocol.ENV_HEARTBEAT_DIR: str(tmp_path), "RANK": "0", "WORLD_SIZE": "1",
+           "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}  # fmt: skip
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    step, total = (tmp_path / "rank-0").read_text().split()
+    assert step == "2" and 0.05 <= float(total) < 1.0  # the training forward, not the eval one
