@@ -88,6 +88,10 @@ SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 # and <node>.ifname, the interface a container's launch script reads (the image need not have
 # clustertrain to find it).
 NODE_CHECK_DIR = "node-check"
+# With qualify, the node check runs on the nodes the supervisor names here (a comma list, and
+# their count): every node of the allocation before the first step, and before each restart
+# inside it the nodes the job still holds (a lost node is no longer one of them).
+ENV_CHECK_NODES, ENV_CHECK_COUNT = "CLUSTERTRAIN_CHECK_NODES", "CLUSTERTRAIN_CHECK_COUNT"
 
 # Variables the batch and launch scripts set and read themselves (and those the launchers set
 # for each rank): a user's value for one would change what the scripts do.

@@ -77,6 +77,7 @@ class Supervisor:
         self.plan, self.env, self.commands = plan, environ, commands
         self.out, self.err = out or sys.stdout, err or sys.stderr
         self.requeued = False
+        self.allocated: list[str] = []
         self.job_id = environ["SLURM_JOB_ID"]
         self.state = policy.State(attempt=int(environ.get("SLURM_RESTART_COUNT") or 0))
         self.events_path = Path(environ[protocol.ENV_EVENTS_FILE])
@@ -131,6 +132,8 @@ class Supervisor:
             self.state.active = allocated[: self.plan.nodes]
             self.state.spares = allocated[self.plan.nodes :]
             env[protocol.ENV_ACTIVE_NODES] = ",".join(self.state.active)
+        self.allocated = allocated
+        self._to_check(allocated)
         Path(env["LOG_DIR"]).mkdir(parents=True, exist_ok=True)
         self.requeue_file.unlink(missing_ok=True)
         if not self.plan.policy.requeue_on_node_failure and self.state.attempt > 0:
@@ -161,12 +164,30 @@ class Supervisor:
         if status != 0:
             return status
         folder = Path(self.env["LOG_DIR"], protocol.NODE_CHECK_DIR)
-        checked = self.plan.nodes + (self.plan.spare_nodes if self.plan.qualify else 0)
+        checked = int(self.env[protocol.ENV_CHECK_COUNT]) if self.plan.qualify else self.plan.nodes
         probes = nodecheck.judge(folder, checked, started)
         if probes is None:
             return 1
         self.event(events.NODE_CHECK)
         return self._qualified(probes) if self.plan.qualify else 0
+
+    def _to_check(self, nodes: list[str]) -> None:
+        self.env[protocol.ENV_CHECK_NODES] = ",".join(nodes)
+        self.env[protocol.ENV_CHECK_COUNT] = str(len(nodes))
+
+    def _requalified(self) -> int:
+        """Before a restart inside the allocation, with ``qualify``: the nodes the job still
+        holds are qualified again (one may have gone bad since the first step, or be the cause
+        of the restart); the probes before are kept in ``node-check-<n>``."""
+        if not self.plan.qualify:
+            return 0
+        held = self.state.active + self.state.spares if self.plan.spare_nodes else self.allocated
+        self._to_check(held)
+        folder = Path(self.env["LOG_DIR"], protocol.NODE_CHECK_DIR)
+        restarts = self.state.step_restarts + self.state.node_restarts
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(folder, f"{folder}-{restarts}")
+        return self._node_check()
 
     def _qualified(self, probes: list[dict[str, Any]]) -> int:
         """Qualification's verdict carried out: flagged nodes said (an event each, with its
@@ -213,6 +234,8 @@ class Supervisor:
             else:
                 self._keep_heartbeats(decision.keep)
                 self.event(events.RESTARTED, why=decision.why)
+            if (status := self._requalified()) != 0:
+                return status
 
     def _step(self, task_args: tuple[str, ...]) -> policy.Outcome:
         """One run of the step, its watchdog beside it; what it left."""

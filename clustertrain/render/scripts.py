@@ -207,14 +207,17 @@ def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
 
 
 def _check_argv(spec: JobSpec) -> tuple[str, ...]:
-    """The node check's srun: on the step's nodes; with ``qualify``, on every node of the
-    allocation (spares too: a flagged node is swapped for a qualified spare) and timed."""
+    """The node check's srun: on the step's nodes; with ``qualify``, on the nodes the supervisor
+    names (every node of the allocation, spares too, so that a flagged node is swapped for a
+    qualified spare; before a restart, those it still holds), timed. ``--overlap``: a step
+    with a lost node holds its CPUs on the others until Slurm declares that node down."""
     if not spec.qualify:
         return srun_argv(spec, *_NODECHECK, "probe", _NODE_CHECK_DIR)
-    every = spec.allocated_nodes
+    count = f"${protocol.ENV_CHECK_COUNT}"
     return (
-        "srun", "--kill-on-bad-exit=1", f"--nodes={every}", f"--ntasks={every}",
-        "--ntasks-per-node=1", f"--cpus-per-task={spec.cpus_per_task}",
+        "srun", "--kill-on-bad-exit=1", "--overlap", Expand(f"--nodes={count}"),
+        Expand(f"--ntasks={count}"), "--ntasks-per-node=1",
+        f"--cpus-per-task={spec.cpus_per_task}", Expand(f"--nodelist=${protocol.ENV_CHECK_NODES}"),
         *_NODECHECK, "probe", _NODE_CHECK_DIR, "--qualify",
     )  # fmt: skip
 

@@ -14,7 +14,7 @@ import pytest
 
 from clustertrain import protocol
 from clustertrain.node import policy, qualify
-from tests.node.test_supervisor import Job, ok
+from tests.node.test_supervisor import Job, crash, lose, ok
 
 CHECK = ["srun", "--nodes=3", "python", "-m", "clustertrain.node.nodecheck", "probe",
          {"expand": "$LOG_DIR/node-check"}, "--qualify"]  # fmt: skip
@@ -73,16 +73,22 @@ def _steps(job: Job) -> list[list[str]]:
     return [c for c in job.slurm.calls if c[0] == "srun" and "clustertrain.node.nodecheck" not in c]
 
 
-def _qualifying(tmp_path: Path, probes: list[dict[str, Any]], **plan: Any) -> Job:
-    job = Job(tmp_path, [ok], node_check=CHECK, qualify=True, **plan)
-    real_run = job.slurm.run
+def _qualifying(
+    tmp_path: Path, probes: list[dict[str, Any]], *later: list[dict[str, Any]], **plan: Any
+) -> Job:
+    """A job whose node checks find ``probes``, then each of ``later`` (before restarts); each
+    check's nodes are those the supervisor named, in ``job.checked``."""
+    job = Job(tmp_path, plan.pop("runs", [ok]), node_check=CHECK, qualify=True, **plan)
+    real_run, found = job.slurm.run, [probes, *later]
+    job.checked = []  # type: ignore[attr-defined]
 
     def run(argv: Any, cwd: str | None = None, quiet: bool = False) -> int:
         if "clustertrain.node.nodecheck" in argv:
+            job.checked.append(job.env[protocol.ENV_CHECK_NODES])  # type: ignore[attr-defined]
             folder = Path(job.env["LOG_DIR"], protocol.NODE_CHECK_DIR)
-            folder.mkdir(parents=True)
-            for found in probes:
-                (folder / f"{found['node']}.json").write_text(json.dumps(found))
+            folder.mkdir(parents=True)  # a new folder each time: the one before is kept aside
+            for probe in found.pop(0):
+                (folder / f"{probe['node']}.json").write_text(json.dumps(probe))
         return real_run(argv, cwd, quiet)
 
     job.slurm.run = run  # type: ignore[method-assign]
@@ -138,3 +144,39 @@ def test_a_plan_with_a_bad_qualification_value_is_refused(tmp_path: Path, bad: A
            "requeue_on_node_failure": False, "tasks": None, "qualify": True, **bad}  # fmt: skip
     with pytest.raises(TypeError):
         Plan.from_dict(raw)
+
+
+def test_before_a_restart_the_nodes_still_held_are_qualified_again_and_a_bad_one_swapped(
+    tmp_path: Path,
+) -> None:
+    """node2 crashes the step and is now slow: the restart's qualification swaps it for the
+    spare; the first check's probes stay in node-check-1."""
+    healthy = [_probe("node1"), _probe("node2"), _probe("node3")]
+    now = [_probe("node1"), _probe("node2", 9.0), _probe("node3")]
+    job = _qualifying(tmp_path, healthy, now, spare_nodes=1, max_restarts=1, runs=[crash, ok])
+    assert job.run() == 0
+    assert job.checked == ["node1,node2,node3", "node1,node2,node3"]  # type: ignore[attr-defined]
+    assert [s[2] for s in _steps(job)] == ["--nodelist=node1,node2", "--nodelist=node1,node3"]
+    assert (tmp_path / "logs" / "attempt-0" / "node-check-1" / "node2.json").exists()
+    names = [name for name, _ in job.events]
+    assert names == ["started", "node_check", "qualified", "restarted", "node_check",
+                     "qualified", "flagged", "ended"]  # fmt: skip
+
+
+def test_after_a_lost_node_the_qualification_checks_the_nodes_left_not_the_lost_one(
+    tmp_path: Path,
+) -> None:
+    first = [_probe("node1"), _probe("node2"), _probe("node3"), _probe("node4")]
+    left = [_probe("node1"), _probe("node3"), _probe("node4")]
+    job = _qualifying(tmp_path, first, left, spare_nodes=2, runs=[lose("node2"), ok])
+    assert job.run() == 0
+    assert job.checked == ["node1,node2,node3,node4", "node1,node3,node4"]  # type: ignore[attr-defined]
+    assert _steps(job)[1][2] == "--nodelist=node1,node3"
+
+
+def test_a_node_flagged_before_a_restart_with_no_spare_ends_the_job_with_6(tmp_path: Path) -> None:
+    healthy = [_probe("node1"), _probe("node2"), _probe("node3")]
+    now = [_probe("node1"), _probe("node2", link=0.5), _probe("node3")]
+    job = _qualifying(tmp_path, healthy, now, nodes=3, max_restarts=1, runs=[crash, ok])
+    assert job.run() == policy.Exit.DISQUALIFIED
+    assert len(_steps(job)) == 1 and "qualification flagged node2: link 0.5" in job.err.getvalue()
