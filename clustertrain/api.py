@@ -22,7 +22,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -175,9 +175,24 @@ def submit(
         )  # fmt: skip
     if dry_run:
         return job
-    if job.spec.avoid_bad_nodes:
+    return schedule(job, "slurm", preflight, runs_dir)
+
+
+def schedule(
+    job: RenderedJob,
+    backend: str = "slurm",
+    preflight: bool = True,
+    runs_dir: str | None = None,
+    private: Mapping[str, bytes] | None = None,
+) -> Job:
+    """Queue the planned ``job`` with ``backend`` (a name of ``clustertrain.backends.BACKENDS``:
+    ``slurm``, or ``local`` to start it here), its ``private`` files (name: content, 0600) in its
+    run folder. Slurm's first takes what your newest run folders say into your node record."""
+    if backend not in backends.BACKENDS:
+        raise FieldError("backend", backend, f"one of {', '.join(backends.BACKENDS)}")
+    if backend == "slurm" and job.spec.avoid_bad_nodes:
         remember_bad_nodes(runs_dir)
-    return Job.start(job, backends.named("slurm"), preflight)
+    return Job.start(job, backends.named(backend), preflight, private)
 
 
 def _submit_words(
@@ -223,10 +238,8 @@ def run_local(
     """Start the job on this machine without Slurm (see :mod:`clustertrain.backends.local`);
     returns at once. ``Job.wait()`` waits for it, ``Job.logs(follow=True)`` streams it.
     ``preflight=False`` starts even a module this host's Python cannot find."""
-    from clustertrain.backends.local import LocalBackend  # lazy: start-up time
-
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, node_record=False, **fields)
-    return Job.start(job, LocalBackend(), preflight)
+    return schedule(job, "local", preflight)
 
 
 def slurm() -> Slurm:
@@ -264,11 +277,17 @@ class Job:
         self.backend = backend or backend_for(run)
 
     @classmethod
-    def start(cls, job: RenderedJob, backend: Backend, preflight: bool = True) -> Job:
+    def start(
+        cls,
+        job: RenderedJob,
+        backend: Backend,
+        preflight: bool = True,
+        private: Mapping[str, bytes] | None = None,
+    ) -> Job:
         """Hand a rendered job to ``backend`` (see :mod:`clustertrain.backends.submission`)."""
         from clustertrain.backends.submission import submit_job  # lazy: start-up time
 
-        return cls(submit_job(job, backend, check=preflight), backend)
+        return cls(submit_job(job, backend, check=preflight, private=private), backend)
 
     @classmethod
     def attach(cls, ref: str, runs_dir: str | None = None) -> Job:

@@ -1,5 +1,6 @@
 """Reading files that anyone who can write a run folder may have crafted: bounded, never
-through a symlink, never blocking on a FIFO or a device; and printing their text safely.
+through a symlink, never blocking on a FIFO or a device; printing their text safely; and the
+few that must be this user's alone (what is unpickled), written and read back.
 
 Every reader of run folders, event logs and sweep tables uses these, on the submit side and
 the rank side alike.
@@ -63,3 +64,44 @@ def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
         elif not tail and size > limit:
             raise RunFolderError(f"{path}: larger than {limit} bytes")
         return handle.read(limit)
+
+
+def read_own(path: Path, limit: int) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes that only this user can have
+    written: this user's, not writable by anyone else, in a folder (never a symlink) of which
+    the same holds. What is unpickled must be such a file; anything else is a
+    :class:`RunFolderError`."""
+    try:
+        folder = os.lstat(path.parent)
+    except OSError as exc:
+        raise RunFolderError(f"{path.parent}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISDIR(folder.st_mode) or not _own(folder):
+        raise RunFolderError(f"{path.parent}: not a folder of this user's alone; not read")
+    with open_regular(path) as handle:
+        found = os.fstat(handle.fileno())
+        if not _own(found):
+            raise RunFolderError(f"{path}: not a file of this user's alone; not read")
+        if found.st_size > limit:
+            raise RunFolderError(f"{path}: larger than {limit} bytes")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise RunFolderError(f"{path}: larger than {limit} bytes")
+    return data
+
+
+def _own(found: os.stat_result) -> bool:
+    return found.st_uid == os.getuid() and not found.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, readable by this user alone (0600), whole or not at all: written
+    beside it and renamed over it, so a reader never sees half."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise

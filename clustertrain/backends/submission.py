@@ -9,6 +9,7 @@ a failure to record the id says which job it was.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 
 from clustertrain import runs
 from clustertrain.backends import prepare
@@ -17,13 +18,18 @@ from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob
 
 
-def submit_job(job: RenderedJob, backend: Backend, check: bool = True) -> runs.Run:
+def submit_job(
+    job: RenderedJob,
+    backend: Backend,
+    check: bool = True,
+    private: Mapping[str, bytes] | None = None,
+) -> runs.Run:
     """Refuse what ``backend`` cannot run (its preflight too, unless ``check`` is off), run the
-    job's prepare commands here, then hand it over. Checks come first: a refusal should not
-    wait for a download."""
+    job's prepare commands here, then hand it over with the ``private`` files (name: content,
+    0600) in its run folder. Checks come first: a refusal should not wait for a download."""
     backend.check(job, preflight=check)
     with prepare.run(job.spec, job.workdir) as prepare_log:
-        path = runs.write_run_files(job, prepare_log)
+        path = runs.write_run_files(job, prepare_log, private)
     try:
         job_id = backend.submit(job)
     except BaseException:

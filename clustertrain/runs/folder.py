@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
-from clustertrain.files import RunFolderError, parse_json, printable, read_regular
+from clustertrain.files import RunFolderError, parse_json, printable, read_regular, write_private
 from clustertrain.jobstate import JOB_IDS
 from clustertrain.rank import events
 from clustertrain.render import RenderedJob, container
@@ -143,9 +143,14 @@ def private_mode(root: Path) -> int:
     return 0o2750 if root.stat().st_mode & stat.S_ISGID else 0o700
 
 
-def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Path:
+def write_run_files(
+    job: RenderedJob,
+    prepare_log: BinaryIO | None = None,
+    private: Mapping[str, bytes] | None = None,
+) -> Path:
     """Create the run folder with what is about to be submitted (and the output of its prepare
-    commands). Fails if it exists."""
+    commands, and the ``private`` files, name: content, this user's alone: 0600). Fails if it
+    exists."""
     import shutil  # lazy: start-up time (2 ms); a dry run writes no folder
 
     import yaml  # lazy: start-up time (4 ms), likewise
@@ -178,6 +183,8 @@ def write_run_files(job: RenderedJob, prepare_log: BinaryIO | None = None) -> Pa
         if job.spec.prepare and prepare_log is not None:
             with open(path / PREPARE_LOG, "wb") as kept:
                 shutil.copyfileobj(prepare_log, kept)
+        for name, data in (private or {}).items():
+            write_private(path / name, data)
         if job.container_config is not None:
             bundle = Path(container.bundle_path(job.run_dir))
             (bundle / container.BUNDLE_ROOTFS).mkdir(parents=True)

@@ -29,3 +29,15 @@ def test_in_a_teams_setgid_runs_root_the_group_reads_and_writes_nothing(tmp_path
     team.chmod(0o2770)
     folder = _written(team)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o2750
+
+
+def test_a_private_file_is_its_users_alone_even_in_a_teams_runs_root(tmp_path: Path) -> None:
+    """What only the user may read (a notebook's pickled call), in a folder the group reads."""
+    team = tmp_path / "team"
+    team.mkdir()
+    team.chmod(0o2770)
+    job = render(job_spec(nodes=1), str(team / "job-1"), "/work")
+    folder = runs.write_run_files(job, private={"call.pkl": b"\x80\x05."})
+    assert (folder / "call.pkl").read_bytes() == b"\x80\x05."
+    assert stat.S_IMODE((folder / "call.pkl").stat().st_mode) == 0o600
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".part")]
