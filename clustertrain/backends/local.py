@@ -132,6 +132,7 @@ def supervise(run_dir: Path) -> int:
 
     spec = build_spec(yaml.safe_load((run_dir / protocol.SPEC_FILE).read_text(encoding="utf-8")))
     me = os.getpid()
+    stop = _Stop()
     write_state(run_dir, pid=me, start_time=start_time(me))
     log_dir = run_dir / protocol.LOGS_DIR / f"{protocol.ATTEMPT_DIR}0"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -140,26 +141,48 @@ def supervise(run_dir: Path) -> int:
         out.write(f"clustertrain: local run on {NODE}: {' '.join(argv)}\n".encode())
         out.flush()
         try:
+            # A session of its own: a terminal's or a notebook kernel's interrupt reaches the
+            # launcher once, through _Stop, not twice.
             launcher = subprocess.Popen(
-                argv, stdout=out, stderr=err, env=environment(spec, run_dir, dict(os.environ))
-            )
+                argv, stdout=out, stderr=err, env=environment(spec, run_dir, dict(os.environ)),
+                start_new_session=True,
+            )  # fmt: skip
         except OSError as exc:
             err.write(f"clustertrain: cannot start {argv[0]}: {exc.strerror}\n".encode())
             write_state(run_dir, pid=me, start_time=start_time(me), exit_code=127)
             return 127
-    cancelled = False
-
-    def forward(signum: int, frame: Any) -> None:
-        nonlocal cancelled
-        cancelled = True
-        launcher.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    stop.started(launcher)
     code = launcher.wait()
     code = 128 - code if code < 0 else code  # killed by a signal: as a shell reports it
+    cancelled = stop.signum is not None
     write_state(run_dir, pid=me, start_time=start_time(me), exit_code=code, cancelled=cancelled)
     return code
+
+
+class _Stop:
+    """The supervisor's first SIGTERM or SIGINT (``cancel``, an interrupt), passed on to the
+    launcher once, even one that came before the launcher started: torchrun signalled again
+    while it stopped its ranks hung in its own shutdown for half a minute."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.sent = False
+        self.launcher: subprocess.Popen[bytes] | None = None
+        signal.signal(signal.SIGTERM, self.received)
+        signal.signal(signal.SIGINT, self.received)
+
+    def received(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if self.launcher is not None:
+                self.sent = True
+                self.launcher.send_signal(signum)
+
+    def started(self, launcher: subprocess.Popen[bytes]) -> None:
+        self.launcher = launcher
+        if self.signum is not None and not self.sent:
+            self.sent = True
+            launcher.send_signal(self.signum)
 
 
 class LocalBackend(Backend):
@@ -202,12 +225,24 @@ class LocalBackend(Backend):
         return job_id
 
     def state(self, run: Run) -> JobState:
-        if run.job_id in self._started:
-            self._started[run.job_id].poll()
+        # A supervisor started here is known by its Popen: between its fork and its exec, its
+        # command line is not yet the one _supervises checks (a state asked at once said FAILED).
+        if self._running_here(run):
+            return JobState(run.job_id, "RUNNING", NODE)
         return state(run.path, run.job_id)
 
     def cancel(self, run: Run) -> None:
-        cancel(run.path, run.job_id)
+        if self._running_here(run):
+            self._started[run.job_id].terminate()
+        else:
+            cancel(run.path, run.job_id)
+
+    def _running_here(self, run: Run) -> bool:
+        """Whether ``run``'s supervisor was started here and has not recorded its end."""
+        started = self._started.get(run.job_id)
+        if started is None or started.poll() is not None:  # poll: reap it once it ends
+            return False
+        return "exit_code" not in read_state(run.path)
 
     def wait(self, run: Run, timeout: float) -> None:
         """Wait for a supervisor started here to end (after an interrupt, say)."""
