@@ -1,6 +1,7 @@
 """clustertrain: take a PyTorch training script from one GPU to many Slurm nodes.
 
-``clustertrain.submit(...)`` and ``clustertrain.Job`` are the Python API (:mod:`clustertrain.api`);
+``clustertrain.submit(...)`` and ``clustertrain.Job`` are the Python API (:mod:`clustertrain.api`)
+and ``clustertrain.notebook_launcher(fn, args)`` a notebook's call (:mod:`clustertrain.notebook`);
 they are imported on first use, so a rank importing ``clustertrain.runtime`` pays nothing for them.
 """
 
@@ -8,10 +9,14 @@ from typing import Any
 
 from clustertrain.version import __version__ as __version__
 
-__all__ = ["Job", "plan", "submit"]
+__all__ = ["Job", "notebook_launcher", "plan", "submit"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "notebook_launcher":
+        from clustertrain import notebook
+
+        return notebook.notebook_launcher
     if name in __all__:
         from clustertrain import api
 

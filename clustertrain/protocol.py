@@ -42,6 +42,13 @@ OUT_DIR = "out"  # what the ranks write: ENV_OUT_DIR points here
 METRICS_FILE = "metrics.jsonl"  # under OUT_DIR: one record per epoch, then "done"
 CHECKPOINTS_DIR = "checkpoints"  # under OUT_DIR
 
+# A notebook's call (clustertrain.notebook, run on every rank by clustertrain.rank.notebook), in
+# the run folder itself (its mode is set, never a umask's): the pickled function and arguments,
+# rank 0's pickled return value and each failing rank's one-line error (.format(rank=N)).
+NOTEBOOK_CALL = "notebook-call.pkl"
+NOTEBOOK_RESULT = "notebook-result.pkl"
+NOTEBOOK_ERROR = "notebook-error-rank{rank}.json"
+
 # A rank that checkpointed on a stop request creates this file in the run folder; the batch
 # script then requeues the job, whatever the ranks' exit status.
 REQUEUE_FILE = "requeue-requested"
