@@ -9,6 +9,8 @@ In a notebook::
   from accelerate import notebook_launcher
   from jobs.mnist import train
   notebook_launcher(train.train, (train.parse_args(["--strategy", "accelerate"]),), num_processes=2)
+
+and on the nodes of a cluster, ``clustertrain.notebook_launcher`` (docs/notebooks/mnist.ipynb).
 """
 
 from __future__ import annotations
