@@ -36,9 +36,12 @@ def run_size(nodes: int, env: dict[str, str], qualify: bool = False) -> dict[str
     done = subprocess.run(
         [sys.executable, "-m", "clustertrain", "submit", "--launcher", "torchrun",
          "--script", SCRIPT, "--nodes", str(nodes), "--gpus-per-node", "0",
-         "--cpus-per-task", "1", *(["--qualify", "--on-flagged", "warn"] * qualify)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+         "--cpus-per-task", "1", "--no-avoid-bad-nodes",
+         *(["--qualify", "--on-flagged", "warn"] * qualify)],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
+    if done.returncode != 0:  # a node flagged in a size before is no reason to skip it
+        raise SystemExit(f"{nodes} nodes: submit failed: {done.stderr.strip()}")
     job_id = re.search(r"submitted job (\d+)", done.stdout)[1]  # type: ignore[index]
     followed = subprocess.run(
         [sys.executable, "-m", "clustertrain", "logs", job_id, "--follow"],
@@ -91,7 +94,8 @@ def main() -> None:
         )  # fmt: skip
         conf = cluster.up(layout)
         try:
-            env = {**os.environ, "SLURM_CONF": conf, "CLUSTERTRAIN_RUNS_DIR": f"{work}/runs"}
+            env = {**os.environ, "SLURM_CONF": conf, "CLUSTERTRAIN_RUNS_DIR": f"{work}/runs",
+                   "XDG_CONFIG_HOME": work}  # fmt: skip
             rows = [run_size(n, env, args.qualify) for n in sizes]
         finally:
             cluster.down(layout.state_dir)

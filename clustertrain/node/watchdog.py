@@ -272,7 +272,7 @@ def watch(
     """Until srun ends: declare a hang once the newest progress is ``timeout_s`` old; with
     spare nodes, end the step as soon as one of its nodes is lost; name stragglers."""
     active, started, next_call = _active_nodes(), time.time(), 0.0
-    poll_s = poll_s or min(5.0, timeout_s / 4, *([protocol.BEACON_S] if active else []))
+    poll_s = poll_s or min(5.0, timeout_s / 4, *([protocol.BEACON_S / 2] if active else []))
     while _alive(srun_pid):
         if stragglers is not None and stragglers.poll(folder, srun_pid):
             return
@@ -288,7 +288,7 @@ def watch(
             if lost := rollcall.call(list(heard)):
                 lose(folder, lost, heard, srun_pid)
                 return
-            next_call = time.monotonic() + rollcall.ANSWER_S  # they answered: ask again later
+            next_call = time.monotonic() + rollcall.RECALL_S  # they answered: ask again later
         time.sleep(poll_s)
 
 

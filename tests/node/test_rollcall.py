@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,25 +20,42 @@ from clustertrain.node import rollcall, watchdog
 from tests.conftest import ROOT
 
 # srun as the roll call runs it: `srun --overlap ... --nodelist=NODE true`. node2 is gone
-# (srun says so and fails, as Slurm's does for a killed node); node9 never answers.
+# (srun says so and fails, as Slurm's does for a killed node); node9 and node5 never answer.
 FAKE_SRUN = """#!/bin/sh
 for word in "$@"; do
     case "$word" in
         --nodelist=node2) echo "srun: error: Task launch for StepId=7.3 failed on node node2: \
 Communication connection failure" >&2; exit 1 ;;
-        --nodelist=node9) exec sleep 60 ;;
+        --nodelist=node9|--nodelist=node5) exec sleep 60 ;;
     esac
 done
 exit 0
 """
 
 
+# scontrol show node: Slurm has no address for these nodes (the roll call asks srun), but
+# node5's slurmd is at a port where nothing listens (the node was killed: refused at once).
+FAKE_SCONTROL = """#!/bin/sh
+case "$4" in
+    node5) echo "NodeName=node5 Arch=x86_64 NodeAddr=127.0.0.1 NodeHostName=node5 Port={port}" ;;
+esac
+"""
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @pytest.fixture
 def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fake srun and squeue/scancel that record their calls; the events file of a job."""
+    """A fake srun, scontrol and squeue/scancel (which record their calls); the events file of
+    a job."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL.format(port=_closed_port()))
     calls = tmp_path / "calls"
     for name in ("squeue", "scancel"):
         reply = "7.0\\n7.batch\\n7.extern" if name == "squeue" else ""
@@ -51,9 +69,35 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_roll_call_names_the_nodes_that_fail_or_do_not_answer(slurm: Path) -> None:
-    lost = rollcall.call(["node1", "node2", "node3", "node9"], answer_s=2.0)
+    lost = rollcall.call(["node1", "node2", "node3", "node9", "node5"], answer_s=2.0)
     failed = "Task launch for StepId=7.3 failed on node node2: Communication connection failure"
+    why = lost.pop("node5")  # srun was not asked: it would not have answered (no answer in 2 s)
+    assert why.startswith("its slurmd (127.0.0.1:") and why.endswith(") refused the connection")
     assert lost == {"node2": failed, "node9": "no answer in 2 s"}
+
+
+def test_a_slurmd_that_accepts_is_there_one_that_refuses_is_lost_and_a_bad_address_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert rollcall.knock("127.0.0.1", listening.getsockname()[1]) == ""
+    port = _closed_port()
+    assert (
+        rollcall.knock("127.0.0.1", port) == f"its slurmd (127.0.0.1:{port}) refused the connection"
+    )
+    for said in ("NodeAddr=-oProxyCommand=x Port=6818", "NodeAddr=node1 Port=68a",
+                 "NodeAddr=node1 Port=70000", "NodeAddr=node1", ""):  # fmt: skip
+        monkeypatch.setattr(subprocess, "run", lambda *a, s=said, **k: _Done(s))
+        assert rollcall.slurmd_address("node1") is None, said
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: _Done("NodeAddr=10.77.0.3 Port=16819"))
+    assert rollcall.slurmd_address("node2") == ("10.77.0.3", 16819)
+
+
+class _Done:
+    def __init__(self, stdout: str) -> None:
+        self.stdout, self.returncode = stdout, 0
 
 
 def test_a_quiet_beacon_is_a_suspicion_and_a_node_that_never_beat_counts_from_the_start(
