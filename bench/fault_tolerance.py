@@ -131,7 +131,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", type=Path, help="also write the table to this file")
     args = parser.parse_args()
-    env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": tempfile.mkdtemp(prefix="fault-tolerance-")}
+    work = tempfile.mkdtemp(prefix="fault-tolerance-")
+    env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": work, "XDG_CONFIG_HOME": work}  # own node record
 
     job_id, run_dir = _submit(env)
     first_start = _wait("running", lambda: api.slurm().state(job_id).state == "RUNNING")

@@ -98,7 +98,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", choices=sorted(SCENARIOS))
     args = parser.parse_args()
-    env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": tempfile.mkdtemp(prefix="clustertrain-heal-")}
+    work = tempfile.mkdtemp(prefix="clustertrain-heal-")
+    # A node record of its own: the node each run kills is not avoided by the next.
+    env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": work, "XDG_CONFIG_HOME": work}
     print(f"{args.runs} runs each; seconds from the fault\n")
     print("| fault | figure | median | min | max |\n|---|---|---:|---:|---:|")
     for scenario in [args.only] if args.only else list(SCENARIOS):
