@@ -35,16 +35,25 @@ MNIST = ["--recipe", "fast", "--limit-train", "4000", "--batch-size", "32", "--l
 MNIST += ["--epochs", "3", "--log-every", "5", "--seed", "7", "--strategy", "ddp"]
 SCRIPT = ["--nodes", "2", "--procs-per-node", "2", "--cpus-per-task", "2", "--max-restarts", "1"]
 SCENARIOS = {
-    "lost-node": ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--spare-nodes", "1"],
+    "lost-node": [
+        "jobs/mnist.yaml",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--spare-nodes",
+        "1",
+        "--no-avoid-bad-nodes",
+    ],  # node2, lost in the run before, is back: use it
     "crash": ["--script", "tests/jobs/crash_once.py", *SCRIPT],
     "hang": ["--script", "tests/jobs/hang_rank.py", "--hang-timeout", "15", *SCRIPT],
 }
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        [*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True
-    )
+    done = subprocess.run([*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"clustertrain {args[0]} failed: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -99,8 +108,7 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="clustertrain-heal-")
-    # A node record of its own: the node each run kills is not avoided by the next.
-    env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": work, "XDG_CONFIG_HOME": work}
+    env = {**os.environ, "CLUSTERTRAIN_RUNS_DIR": work, "XDG_CONFIG_HOME": work}  # own node record
     print(f"{args.runs} runs each; seconds from the fault\n")
     print("| fault | figure | median | min | max |\n|---|---|---:|---:|---:|")
     for scenario in [args.only] if args.only else list(SCENARIOS):

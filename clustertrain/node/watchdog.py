@@ -40,8 +40,9 @@ from clustertrain.rank import events
 # After the dump signal, how long the ranks have to write their stacks; how long py-spy may take
 # on every node; after SIGTERM, how long srun has to end the step before SIGKILL.
 DUMP_WAIT_S, PY_SPY_WAIT_S, STOP_WAIT_S = 5.0, 60.0, 30.0
-# A step with a lost node: srun waits for that node's answer, which will not come.
-LOST_STOP_WAIT_S = 2.0
+# A step with a lost node: srun waits for that node's answer, which will not come, and its
+# tasks on the other nodes are killed through slurmctld (scancel) meanwhile: a short grace.
+LOST_STOP_WAIT_S = 0.3
 _BEAT = re.compile(r"rank-(\d+)")
 _STACK = re.compile(r"rank-(\d+)\.stack")
 # A frame as faulthandler writes it, and as py-spy does.
