@@ -92,10 +92,13 @@ def test_a_missing_program_is_named(fake_slurm: tuple[dict[str, str], Path]) -> 
 
 def test_an_interrupted_prepare_queues_nothing(fake_slurm: tuple[dict[str, str], Path]) -> None:
     env, called = fake_slurm
+    # SIGINT as at a terminal: a suite started with `&` by a non-interactive shell (as a CI
+    # runner may start it) has SIGINT ignored, and a child would inherit that and ignore it.
     proc = subprocess.Popen(
         [sys.executable, "-m", "clustertrain", "submit", "--script", "train.py",
          "--no-preflight", "--prepare", "sleep 60"],
         cwd=ROOT, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert proc.stderr is not None
     assert proc.stderr.readline() == "prepare | $ sleep 60\n"

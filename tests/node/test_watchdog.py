@@ -24,17 +24,18 @@ RANK = """
 import os, sys, threading, time
 from clustertrain import runtime
 
-def wait_in_collective():
-    threading.Event().wait()          # a rank blocked where its peers never arrive
+def wait_in_collective(done):
+    done.close(); threading.Event().wait()   # a rank blocked where its peers never arrive
 
-def sleep_forever():
-    time.sleep(3600)                  # the odd rank out
+def sleep_forever(done):
+    done.close(); time.sleep(3600)           # the odd rank out
 
 for step in range(1, 4):
     runtime.heartbeat(step)
     time.sleep(0.4)
-open(sys.argv[2], "w").close()        # beating done
-(sleep_forever if sys.argv[1] == "1" else wait_in_collective)()
+# Beating done, said from where the rank blocks (not before it gets there: a stack taken in
+# between would name the module, not the function).
+(sleep_forever if sys.argv[1] == "1" else wait_in_collective)(open(sys.argv[2], "w"))
 """
 
 
@@ -79,10 +80,11 @@ def test_a_hang_is_declared_with_every_ranks_place_and_the_step_ended(
     watchdog.watch(folder, timeout_s=1.0, srun_pid=srun.pid, poll_s=0.2)
 
     said = (folder / protocol.HANG_FILE).read_text()
-    assert said.startswith("hang at step 3: no rank made progress for ")
-    assert "ranks 0, 2 in wait (rank.py:6)" in said
-    assert "rank 1 in sleep_forever (rank.py:9)" in said
-    assert said.endswith(" (stacks by faulthandler for ranks 0-2)\n")
+    stacks = "\n".join((folder / f"rank-{rank}.stack").read_text() for rank in range(3))
+    assert said.startswith("hang at step 3: no rank made progress for "), said + stacks
+    assert "ranks 0, 2 in wait (rank.py:6)" in said, said + stacks
+    assert "rank 1 in sleep_forever (rank.py:9)" in said, said + stacks
+    assert said.endswith(" (stacks by faulthandler for ranks 0-2)\n"), said + stacks
     for rank in range(3):
         assert "(most recent call first)" in (folder / f"rank-{rank}.stack").read_text()
     assert srun.wait(5) == -signal.SIGTERM  # the step was ended
