@@ -126,3 +126,36 @@ def _wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, f"no {what} in {timeout_s:.0f} s"
         time.sleep(1)
+
+
+def test_with_replace_a_straggler_is_swapped_for_the_spare_at_the_next_checkpoint(
+    cluster: None,  # noqa: F811
+    env: dict[str, str],
+) -> None:
+    """node2's CPU at 25 % mid-training, `straggler_action: replace`, node3 a spare: once named,
+    node2 is let go at the next epoch's checkpoint, the step goes on from there on node1 and
+    node3 (no requeue), and the job completes."""
+    job_id, run_dir = submit(
+        env, "jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--spare-nodes", "1",
+        "--straggler-action", "replace", "--sbatch-option=--nodelist=node1,node2,node3", "--",
+        "--recipe", "fast", "--limit-train", "4000", "--batch-size", "32", "--epochs", "8",
+    )  # fmt: skip
+    events_file = run_dir / protocol.EVENTS_FILE
+    _wait_for(lambda: '"step"' in _text(events_file), 240, "the first logged step")
+    gen = _degraded("node2", "--cpu", "25%")
+    next(gen)
+    try:
+        _wait_for(lambda: '"restarted"' in _text(events_file), 180, "the straggler's replacement")
+    finally:
+        with pytest.raises(StopIteration):
+            next(gen)
+    followed = follow(env, job_id)
+    assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr
+    seen = [json.loads(line) for line in events_file.read_text().splitlines()]
+    order = [(e["event"], e.get("nodes") or e.get("why")) for e in seen
+             if e["event"] in ("straggler", "restarted", "requeued", "ended")]  # fmt: skip
+    assert order == [("straggler", "node2"), ("restarted", "node_lost"), ("ended", None)], order
+    assert seen[-1]["status"] == "0"
+    node3 = (run_dir / "logs" / "attempt-0" / "node3.out").read_text()
+    assert "rank1" in node3, node3[-2000:]  # the spare trained, from the checkpoint on
+    assert "straggler: node2 (rank 1) at " in run_cli("status", job_id, env=env).stdout
