@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import nbformat
@@ -20,6 +17,7 @@ from nbclient import NotebookClient
 
 from tests.conftest import ROOT
 from tests.e2e.test_slurm_e2e import QUICK, _slurm_env, cluster  # noqa: F401 (a fixture)
+from tests.notebook.test_notebook_runs import interrupt_when_asleep
 
 pytestmark = pytest.mark.slurm
 
@@ -50,21 +48,6 @@ def _text(cell: nbformat.NotebookNode) -> str:
     return "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
 
 
-def _interrupt_when_asleep(client: NotebookClient, runs: Path) -> threading.Thread:
-    """SIGINT to the kernel's process group (Jupyter's stop button) once both ranks sleep."""
-
-    def watch() -> None:
-        deadline = time.monotonic() + 240
-        while len(list(runs.glob("sleeper-*/out/pid-*"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(1.0)
-        os.killpg(client.km.provisioner.pgid, signal.SIGINT)  # type: ignore[union-attr]
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    return watcher
-
-
 def test_the_notebook_trains_one_world_of_4_on_2_nodes_and_an_interrupt_cancels_its_job(
     cluster: None,  # noqa: F811
     tmp_path: Path,
@@ -86,7 +69,7 @@ def test_the_notebook_trains_one_world_of_4_on_2_nodes_and_an_interrupt_cancels_
     with client.setup_kernel():
         for index, cell in enumerate(notebook.cells[:-1]):
             client.execute_cell(cell, index)
-        watcher = _interrupt_when_asleep(client, runs)
+        watcher = interrupt_when_asleep(client, runs, within_s=240)
         client.execute_cell(notebook.cells[-1], len(notebook.cells) - 1)
         watcher.join()
 

@@ -118,12 +118,14 @@ def _text(cell: nbformat.NotebookNode) -> str:
     return "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
 
 
-def _interrupt_when_asleep(client: NotebookClient, runs: Path) -> threading.Thread:
+def interrupt_when_asleep(
+    client: NotebookClient, runs: Path, within_s: float = 120
+) -> threading.Thread:
     """Interrupt the kernel as Jupyter's stop button does (SIGINT to its process group), once
-    both ranks of the cell's job sleep."""
+    both ranks of the cell's job (``sleeper``) sleep."""
 
     def watch() -> None:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + within_s
         while len(list(runs.glob("sleeper-*/out/pid-*"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(1.0)
@@ -157,7 +159,7 @@ def test_a_notebook_cell_runs_one_world_and_an_interrupted_cell_cancels_its_job(
     with client.setup_kernel():
         for index in (0, 1):
             client.execute_cell(notebook.cells[index], index)
-        watcher = _interrupt_when_asleep(client, runs)
+        watcher = interrupt_when_asleep(client, runs)
         client.execute_cell(notebook.cells[2], 2)
         watcher.join()
 
