@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 # Where the login node's clustertrain keeps run folders of jobs submitted from elsewhere.
 REMOTE_RUNS = ".clustertrain/runs"
-RECONNECT_S, RECONNECTS = 2.0, 30
+RECONNECT_S, RECONNECT_WITHIN_S = 2.0, 60.0
 _ERROR = "clustertrain: error: "
 _SUBMITTED = re.compile(r"^submitted job (\S+)")
 _RUN_FOLDER = re.compile(r"^run folder: (/.+)$")
@@ -169,7 +169,12 @@ def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
 
 class Streamed:
     """``logs`` on the host, its lines as they come, through every dropped connection, none
-    twice; ``status`` is the host's exit status once the lines are done."""
+    twice; ``status`` is the host's exit status once the lines are done.
+
+    A host that cannot be reached at first fails at once in one line, as any other command does
+    (a ``true`` through the shared master connection, which ssh's ``ConnectTimeout`` bounds).
+    Only a connection that was made and then dropped is made again: said once, tried quietly
+    every ``RECONNECT_S`` for ``RECONNECT_WITHIN_S``, then one line."""
 
     def __init__(self, remote: Remote, args: Sequence[str], follow: bool = True) -> None:
         self.remote, self.status = remote, 0
@@ -177,28 +182,43 @@ class Streamed:
         self.words += [*(["--follow"] if follow else []), *args]
 
     def __iter__(self) -> Iterator[str]:
+        ssh.run(self.remote.host, ["true"], timeout=120)  # unreachable: one line, no retries
         printed: Counter[str] = Counter()
-        for attempt in range(RECONNECTS + 1):
-            seen: Counter[str] = Counter()
-            argv = ssh.argv(self.remote.host, self.words)
-            with subprocess.Popen(
-                argv, stdout=subprocess.PIPE, text=True, errors="replace"
-            ) as proc:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    source = m[1] if (m := _SOURCE.match(line)) else ""
-                    seen[source] += 1
-                    if seen[source] > printed[source]:
-                        printed[source] += 1
-                        yield line
-            self.status = proc.returncode
-            if proc.returncode != 255:
+        while True:
+            yield from self._once(printed)
+            if self.status != 255:
                 return
-            if attempt < RECONNECTS:
-                print(f"clustertrain: the connection to {self.remote.host} dropped; connecting "
-                      "again", file=sys.stderr)  # fmt: skip
-                time.sleep(RECONNECT_S)
-        ssh.fail(self.remote.host, self.words, 255, "")
+            print(f"clustertrain: the connection to {self.remote.host} dropped; connecting again "
+                  f"(for up to {RECONNECT_WITHIN_S:.0f} s)", file=sys.stderr)  # fmt: skip
+            if not self._reconnected():
+                ssh.fail(self.remote.host, self.words, 255, "")
+
+    def _once(self, printed: Counter[str]) -> Iterator[str]:
+        """One connection's lines, less those ``printed`` already holds (per source)."""
+        seen: Counter[str] = Counter()
+        argv = ssh.argv(self.remote.host, self.words)
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, errors="replace") as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                source = m[1] if (m := _SOURCE.match(line)) else ""
+                seen[source] += 1
+                if seen[source] > printed[source]:
+                    printed[source] += 1
+                    yield line
+        self.status = proc.returncode
+
+    def _reconnected(self) -> bool:
+        """Whether the host answers again within ``RECONNECT_WITHIN_S`` (ssh's words unshown)."""
+        deadline = time.monotonic() + RECONNECT_WITHIN_S
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(RECONNECT_S, left))
+            probe = ssh.argv(self.remote.host, ["true"])
+            try:
+                if subprocess.run(probe, capture_output=True, timeout=max(left, 1)).returncode == 0:
+                    return True
+            except subprocess.TimeoutExpired:
+                return False
+        return False
 
 
 def _follow(remote: Remote, args: Sequence[str], out: IO[str] = sys.stdout) -> int:

@@ -4,6 +4,7 @@ git tree (real git, temporary trees), and the command line passed on to the logi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,60 @@ def test_a_job_file_outside_the_snapshot_is_refused_before_anything_is_sent(
         clustertrain.submit(str(outside), host="login", runs_dir=str(tmp_path / "runs"))
     clustertrain.submit("sub/job.yaml", host="login", runs_dir=str(tmp_path / "runs"))
     assert len(sent) == 1 and sent[0][1][0] == "sub/job.yaml"
+
+
+def _remote_run(tmp_path: Path) -> Path:
+    """A run folder of a job queued through the login node ``login``."""
+    from clustertrain import protocol, runs
+    from clustertrain.render import render
+    from tests.conftest import job_spec
+
+    root = tmp_path / "runs"
+    job = render(job_spec(name="mnist", nodes=2), str(runs.new_run_dir(root, "mnist")), "/w")
+    runs.write_run_files(job)
+    run = runs.record_submission(job, "42", "slurm")
+    record = {"host": "login", "run_dir": "/r/mnist-1", "clustertrain": "ct"}
+    (run.path / protocol.REMOTE_FILE).write_text(json.dumps(record))
+    return run.path
+
+
+def _scripted_ssh(tmp_path: Path, script: str) -> dict[str, str]:
+    """An environment whose ``ssh`` is ``script`` (sh), which counts its calls in ``calls``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(
+        f"#!/bin/sh\ncd {tmp_path}\necho x >> calls\nn=$(wc -l < calls)\n{script}\n"
+    )
+    (bin_dir / "ssh").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+
+
+def test_following_a_host_that_cannot_be_reached_is_one_line_at_once(tmp_path: Path) -> None:
+    run = _remote_run(tmp_path)
+    env = _scripted_ssh(tmp_path, "echo 'ssh: Could not resolve hostname login' >&2\nexit 255")
+    done = run_cli("logs", "--follow", "42", "--runs-dir", str(run.parent), env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "clustertrain: error: host: login: cannot reach it (ssh: Could not resolve hostname "
+        "login); check that `ssh login` works"
+    ]
+    assert (tmp_path / "calls").read_text().count("x") == 1  # asked once, never again
+
+
+def test_a_dropped_connection_is_made_again_and_no_line_comes_twice(tmp_path: Path) -> None:
+    # 1: the first knock; 2: two lines, then the link drops; 3: a knock that fails; 4: one that
+    # answers; 5: the whole log again, now with its third line, and the job's end.
+    script = """case $n in
+      2) printf '[node1 rank 0] a\\n[node1 rank 0] b\\n'; exit 255;;
+      3) exit 255;;
+      5) printf '[node1 rank 0] a\\n[node1 rank 0] b\\n[node1 rank 0] c\\n'; exit 0;;
+    esac"""
+    run = _remote_run(tmp_path)
+    env = _scripted_ssh(tmp_path, script)
+    done = run_cli("logs", "--follow", "42", "--runs-dir", str(run.parent), env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"[node1 rank 0] {c}" for c in "abc"]
+    assert done.stderr.splitlines() == [
+        "clustertrain: the connection to login dropped; connecting again (for up to 60 s)"
+    ]
+    assert (tmp_path / "calls").read_text().count("x") == 5
