@@ -15,6 +15,7 @@ lines (a node's rank, a launcher) in their file order, so counting per source is
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -22,6 +23,8 @@ import shlex
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +54,8 @@ _ERROR = "clustertrain: error: "
 _SUBMITTED = re.compile(r"^submitted job (\S+)")
 _RUN_FOLDER = re.compile(r"^run folder: (/.+)$")
 _SOURCE = re.compile(r"^(\S+ \S+) [|!] ")
+_ENDED = re.compile(r"^clustertrain: job \S+ ended \S+$")
+_SAID_BYTES = 64 << 10
 _SAFE_PATH = re.compile(r"/[^\x00-\x1f\x7f]{1,4000}")
 
 
@@ -94,17 +99,19 @@ def submit(
     allow_dirty: bool = False,
     clustertrain: str = "clustertrain",
     echo: Callable[[str], None] = print,
+    command: str = "submit",
+    stdin: bytes | None = None,
 ) -> tuple[Run | None, bool]:
     """Send the code, submit on ``host`` with ``args`` (a ``submit`` command line without
-    ``--host``), record the run here; returns it (None for a dry run), and whether code was
-    sent."""
+    ``--host``; or another ``command`` that queues as submit does, given ``stdin``), record
+    the run here; returns it (None for a dry run), and whether code was sent."""
     taken = snapshot.take(directory, allow_dirty)
     sent = snapshot.send(host, taken)
     echo(f"code: {'sent' if sent else 'already'} in {host}:~/{snapshot.remote_dir(taken)}")
     where = f'cd "$HOME"/{snapshot.remote_dir(taken)}/'
     raw = f"{where}{ssh.command([taken.prefix]) if taken.prefix else ''} && "
     raw += f'CLUSTERTRAIN_RUNS_DIR="$HOME"/{REMOTE_RUNS} exec '
-    lines, status = _stream(ssh.argv(host, [clustertrain, "submit", *args], raw), echo)
+    lines, status = _stream(ssh.argv(host, [clustertrain, command, *args], raw), echo, stdin)
     ssh.fail(host, [clustertrain], status, "\n".join(lines))
     said = next((line for line in reversed(lines) if line.startswith(_ERROR)), "")
     if status != 0 and said:
@@ -119,18 +126,31 @@ def submit(
     return _record(remote, runs_root), sent
 
 
-def _stream(argv: list[str], echo: Callable[[str], None]) -> tuple[list[str], int]:
-    """Run ``argv``, echoing each line of its output (stdout and stderr) as it comes."""
+def _stream(
+    argv: list[str], echo: Callable[[str], None], stdin: bytes | None = None
+) -> tuple[list[str], int]:
+    """Run ``argv`` with ``stdin`` (none: an empty one), echoing each line of its output (stdout
+    and stderr) as it comes."""
     lines = []
     with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
+        assert proc.stdin is not None and proc.stdout is not None
+        writer = threading.Thread(target=_give, args=(proc.stdin, stdin or b""))
+        writer.start()
+        for said in proc.stdout:
+            lines.append(said.decode("utf-8", "replace").rstrip("\n"))
             if not lines[-1].startswith(_ERROR):  # said once, as this side's own error
                 echo(lines[-1])
+        writer.join()
     return lines, proc.returncode
+
+
+def _give(pipe: IO[bytes], data: bytes) -> None:
+    """Write ``data`` to ``pipe`` and close it; a reader that left early is no error here (its
+    exit status says why)."""
+    with contextlib.suppress(BrokenPipeError, OSError), pipe:
+        pipe.write(data)
 
 
 def _record(remote: Remote, runs_root: Path) -> Run:
@@ -176,8 +196,10 @@ class Streamed:
     Only a connection that was made and then dropped is made again: said once, tried quietly
     every ``RECONNECT_S`` for ``RECONNECT_WITHIN_S``, then one line."""
 
-    def __init__(self, remote: Remote, args: Sequence[str], follow: bool = True) -> None:
-        self.remote, self.status = remote, 0
+    def __init__(
+        self, remote: Remote, args: Sequence[str], follow: bool = True, say_end: bool = True
+    ) -> None:
+        self.remote, self.status, self.say_end = remote, 0, say_end
         self.words = [remote.clustertrain, "logs", *_run_words(remote)]
         self.words += [*(["--follow"] if follow else []), *args]
 
@@ -197,7 +219,12 @@ class Streamed:
         """One connection's lines, less those ``printed`` already holds (per source)."""
         seen: Counter[str] = Counter()
         argv = ssh.argv(self.remote.host, self.words)
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, errors="replace") as proc:
+        with (
+            tempfile.TemporaryFile() as said,  # a file: a full pipe would stop the host's lines
+            subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=said, text=True, errors="replace"
+            ) as proc,
+        ):
             assert proc.stdout is not None
             for line in proc.stdout:
                 source = m[1] if (m := _SOURCE.match(line)) else ""
@@ -205,7 +232,16 @@ class Streamed:
                 if seen[source] > printed[source]:
                     printed[source] += 1
                     yield line
+            proc.wait()
+            said.seek(0)
+            self._tell(said.read(_SAID_BYTES).decode("utf-8", "replace"))
         self.status = proc.returncode
+
+    def _tell(self, said: str) -> None:
+        """What ssh and the host said on stderr, but the job's end when the caller says it."""
+        for line in said.splitlines():
+            if self.say_end or not _ENDED.match(line):
+                print(line, file=sys.stderr)
 
     def _reconnected(self) -> bool:
         """Whether the host answers again within ``RECONNECT_WITHIN_S`` (ssh's words unshown)."""
@@ -264,7 +300,8 @@ class RemoteBackend(Backend):
         self._ask("cancel")
 
     def logs(self, run: Run, filters: Filter, follow: bool = False) -> Iterator[str]:
-        return (line.rstrip("\n") for line in Streamed(self.remote, filters.words(), follow))
+        streamed = Streamed(self.remote, filters.words(), follow, say_end=False)
+        return (line.rstrip("\n") for line in streamed)
 
     def sync(self, run: Run) -> None:
         fetch(self.remote, run.path)
@@ -311,16 +348,22 @@ def doctor(host: str, clustertrain: str, echo: Callable[[str], None] = print) ->
 
 # What plot reads from a run folder, fetched from the host (no logs, no checkpoints).
 _DRAWN = (protocol.EVENTS_FILE, protocol.METRICS_FILE, sweep.TABLE)
+FETCH_LIMIT = 256 << 20
 
 
-def fetch(remote: Remote, here: Path) -> None:
-    """Copy what ``plot`` draws from the host's run folder into ``here``."""
-    names = " -o ".join(f"-name {shlex.quote(name)}" for name in _DRAWN)
+def fetch(
+    remote: Remote, here: Path, names: Sequence[str] = _DRAWN, limit: int = FETCH_LIMIT
+) -> None:
+    """Copy the plain files of the host's run folder that ``names`` match (``find -name``
+    patterns: what ``plot`` draws, unless said) into ``here``; at most ``limit`` bytes."""
+    matched = " -o ".join(f"-name {shlex.quote(name)}" for name in names)
     script = f"cd {shlex.quote(remote.run_dir)} && "
-    script += f"find . -type f \\( {names} \\) -print0 | tar -c --null -T -"
+    script += f"find . -type f \\( {matched} \\) -print0 | tar -c --null -T - | head -c {limit + 1}"
     done = ssh.run(remote.host, [], raw=script)
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
         raise UserError(f"host: {remote.host}: cannot read {remote.run_dir}: {said[-1][:200]}")
+    if len(done.stdout) > limit:
+        raise UserError(f"host: {remote.host}: {remote.run_dir}: over {limit} bytes to fetch")
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
         tar.extractall(here, filter="data")  # plain files inside ``here`` only

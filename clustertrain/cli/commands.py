@@ -15,6 +15,7 @@ import click
 
 from clustertrain.cli import runs as cli_runs
 from clustertrain.cli.cluster import cluster
+from clustertrain.cli.notebook import echo_queued, notebook_submit
 from clustertrain.cli.options import (
     host_option,
     prepare_option,
@@ -122,13 +123,7 @@ def submit(
         **flags,
     )
     assert isinstance(submitted, api.Job)
-    run = submitted.run
-    click.echo(
-        f"submitted job {run.job_id}: {run.nodes} node(s) x {run.world_size // run.nodes} "
-        f"process(es), {run.launcher}"
-    )
-    click.echo(f"run folder: {submitted.run_dir}")
-    click.echo(f"follow it:  clustertrain logs {submitted.job_id} --follow")
+    echo_queued(submitted)
 
 
 @cli.command(
@@ -362,7 +357,7 @@ def clear_nodes(
     click.echo(f"cleared: {' '.join(cleared) or 'none (not in the record)'}")
 
 
-for command in (cluster, cli_runs.status, cli_runs.plot, cli_runs.results):
+for command in (cluster, cli_runs.status, cli_runs.plot, cli_runs.results, notebook_submit):
     cli.add_command(command)
 
 

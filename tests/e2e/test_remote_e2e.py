@@ -240,3 +240,41 @@ def test_the_python_api_submits_over_ssh_and_follows_from_here(
         "job_id": said["job_id"],
         "state": "COMPLETED",
     }
+
+
+NOTEBOOK_SCRIPT = """
+import json, sys
+import clustertrain
+
+def world(scale):  # defined in __main__, as a notebook cell defines it: sent by value
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    mine = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(mine)
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()} on {os.uname().nodename}")
+    return {"world": dist.get_world_size(), "sum": mine.item() * scale}
+
+print(json.dumps(clustertrain.notebook_launcher(
+    world, (10,), host="login", nodes=2, procs_per_node=2, launcher="torchrun", cpus_per_task=1,
+)))
+"""
+
+
+def test_a_notebooks_function_runs_through_the_login_node_and_its_value_comes_back(
+    tree: Path, env: dict[str, str]
+) -> None:
+    """``notebook_launcher(..., host=)``: the call reaches the login node on ssh's stdin, is
+    queued there in the code snapshot, every rank's lines stream here, and rank 0's sealed
+    value comes back from the run folder there."""
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", NOTEBOOK_SCRIPT], cwd=tree, env={**os.environ, **env},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"world": 4, "sum": 100.0}
+    for rank in range(4):
+        assert f"rank {rank} of 4 on node" in done.stdout, done.stdout[-3000:]
+    assert "clustertrain: job " in done.stdout and "ended COMPLETED" in done.stdout

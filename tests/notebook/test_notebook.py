@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +22,7 @@ from clustertrain.files import write_private
 from clustertrain.jobstate import JobState
 from clustertrain.notebook import JobFailed, _until_started, notebook_launcher, outcome
 from clustertrain.rank.notebook import seal
+from tests.conftest import run_cli
 
 KEY = b"k" * 32
 
@@ -96,14 +99,104 @@ def test_fields_are_checked_as_submit_checks_them(tmp_path: Path) -> None:
     assert said == "backend: invalid value 'kubernetes'; one of slurm, local"
 
 
-def test_a_login_node_is_refused_with_the_way_that_works(
+def _git_tree(tree: Path) -> Path:
+    tree.mkdir()
+    (tree / "train.py").write_text("print('hi')\n")
+    for git in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
+                "commit", "-qm", "code"]):  # fmt: skip
+        subprocess.run(["git", "-C", str(tree), *git], check=True, capture_output=True)
+    return tree
+
+
+def _recording_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ``ssh`` first on PATH that keeps each call's words and stdin, says the code is there
+    already, and cannot reach the host for anything else."""
+    bin_dir, said = tmp_path / "bin", tmp_path / "said"
+    bin_dir.mkdir()
+    said.mkdir()
+    (bin_dir / "ssh").write_text(
+        f'#!/bin/sh\nn=$(ls {said} | grep -c words)\nprintf "%s\\n" "$@" > {said}/$n.words\n'
+        f"cat > {said}/$n.stdin\ncase \"$*\" in *'test -e'*) exit 0;; esac\necho 'ssh: connect to host login: No route to host' >&2\n"
+        "exit 255\n"
+    )
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return said
+
+
+def test_with_a_login_node_the_checked_fields_and_the_call_are_what_ssh_gets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs_dir = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERTRAIN_HOST", "login")
-    with pytest.raises(FieldError, match=r"^host: invalid value 'login'; .*JupyterHub"):
-        notebook_launcher(print, runs_dir=str(runs_dir))
+    monkeypatch.chdir(_git_tree(tmp_path / "tree"))
+    said, runs_dir = _recording_ssh(tmp_path, monkeypatch), tmp_path / "runs"
+    train = in_a_notebook("def train(n):\n    return n + 1\n")
+    with pytest.raises(UserError, match=r"^host: login: cannot reach it \(ssh: connect to host"):
+        notebook_launcher(
+            train, (41,), host="login", nodes=2, procs_per_node=2, runs_dir=str(runs_dir),
+            max_bytes=1 << 20, partition="--help", remote_clustertrain="/opt/ct/bin/clustertrain",
+        )  # fmt: skip
     assert not runs_dir.exists()
+    # The snapshot's check goes first (the code is there already), then the submission.
+    words = [
+        (said / f"{n}.words").read_text().splitlines()
+        for n in range(len(list(said.glob("*.words"))))
+    ]
+    command = words[-1][-1]
+    assert "/opt/ct/bin/clustertrain notebook-submit --partition=--help --name=train" in command
+    assert "--nodes=2 --procs-per-node=2 --launcher=accelerate --max-bytes=1048576" in command
+    call = pickle.loads((said / f"{len(words) - 1}.stdin").read_bytes())
+    assert call["fn"](*call["args"]) == 42 and len(call["key"]) == 32
+
+
+def test_a_login_node_outside_a_git_tree_or_with_a_local_run_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said, runs_dir = _recording_ssh(tmp_path, monkeypatch), tmp_path / "runs"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="git"):
+        notebook_launcher(print, host="login", runs_dir=str(runs_dir))
+    with pytest.raises(FieldError, match=r"^host: invalid value 'login'; a login node queues"):
+        notebook_launcher(print, host="login", backend="local", runs_dir=str(runs_dir))
+    with pytest.raises(FieldError, match=r"^host: invalid value '-oProxyCommand=x'"):
+        notebook_launcher(print, host="-oProxyCommand=x", runs_dir=str(runs_dir))
+    with pytest.raises(FieldError, match=r"^nodes: invalid value 0"):
+        notebook_launcher(print, host="login", nodes=0, runs_dir=str(runs_dir))
+    assert not runs_dir.exists() and not list(said.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("words", "stdin", "line"),
+    [
+        (["--max-bytes=10"], b"x" * 11, "stdin: 11 bytes, not a call of 1 to 10 bytes"),
+        (["--max-bytes=10"], b"", "stdin: 0 bytes, not a call of 1 to 10 bytes"),
+        (
+            ["--max-bytes=10", "--script=train.py"],
+            b"x",
+            "script: invalid value 'train.py'; the call",
+        ),
+        (["--max-bytes=10", "--sweep=lr=1,2"], b"x", "sweep: invalid value"),
+        (["--max-bytes=10", "--replace-args"], b"x", "args: a notebook's call takes its"),
+        (["--max-bytes=10", "--nodes=0"], b"x", "nodes: invalid value 0"),
+    ],
+)
+def test_the_login_nodes_side_refuses_what_no_notebook_sends(
+    tmp_path: Path, words: list[str], stdin: bytes, line: str
+) -> None:
+    runs_dir = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "clustertrain", "notebook-submit", *words, "--runs-dir",
+         str(runs_dir)], input=stdin, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    said = done.stderr.decode()
+    assert done.returncode == 2, said
+    assert said.startswith(f"clustertrain: error: {line}"), said
+    assert len(said.splitlines()) == 1 and not runs_dir.exists()
+
+
+def test_the_login_nodes_side_is_not_in_help() -> None:
+    done = run_cli("--help")
+    assert done.returncode == 0 and "notebook-submit" not in done.stdout
 
 
 # Reading back ----------------------------------------------------------------------------------

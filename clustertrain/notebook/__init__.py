@@ -22,31 +22,38 @@ same way) and queued with the ``slurm`` backend, or started here with ``local`` 
 
 from __future__ import annotations
 
-import inspect
 import os
 import pickle
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from clustertrain import api, protocol
-from clustertrain.errors import FieldError, UserError
+from clustertrain import api, protocol, runs
+from clustertrain.errors import FieldError
 from clustertrain.files import RunFolderError, parse_json, printable, read_own, read_regular
 from clustertrain.jobstate import TERMINAL_STATES, JobState
 from clustertrain.rank import notebook as rank_side
 from clustertrain.runs import logs
 from clustertrain.spec.fields import name_from
 
+from .pack import pack
+
+__all__ = ["JobFailed", "notebook_launcher", "pack", "queue"]
+
 MAX_BYTES = 64 << 20
 RUNNER = "clustertrain.rank.notebook"
+# The login node's command that queues a call it reads on stdin (clustertrain.cli.notebook).
+FAR_COMMAND = "notebook-submit"
 # Fields the call itself decides: the entrypoint is the runner, and a call is one job.
 _OWN_FIELDS = ("script", "module", "sweep", "max_parallel")
 # Slurm's states of a job that has not started its ranks yet.
 _WAITING = ("PENDING", "CONFIGURING")
 _SAY_STILL_WAITING_S = 60.0
+# What a login node's clustertrain says of a job it queued, which _watch says here.
+_SAID_BY_WATCH = ("submitted job ", "run folder: ", "follow it: ")
 _CANCEL_WAIT_S = 30.0
 
 
@@ -71,6 +78,9 @@ def notebook_launcher(
     preflight: bool = True,
     max_bytes: int = MAX_BYTES,
     out: TextIO | None = None,
+    host: str | None = None,
+    allow_dirty: bool = False,
+    remote_clustertrain: str | None = None,
     **fields: Any,
 ) -> Any:
     """``fn(*args)`` on every rank of a job of ``nodes`` x ``procs_per_node`` processes under
@@ -78,8 +88,11 @@ def notebook_launcher(
 
     ``fields`` are the job file's keys, as ``clustertrain.submit`` takes them (``gpus_per_node``,
     ``partition``, ``time``, ``prepare``...). ``backend="local"`` runs the job on this machine
-    without Slurm. The pickled call, and rank 0's pickled return value, may take ``max_bytes``
-    each. Every rank's lines are printed to ``out`` (the cell's output) as they come.
+    without Slurm. With ``host`` (or ``$CLUSTERTRAIN_HOST``) the login node's clustertrain
+    queues it, in a snapshot of the git tree this notebook runs in, as ``submit --host`` does
+    (``allow_dirty``, ``remote_clustertrain`` as there). The pickled call, and rank 0's pickled
+    return value, may take ``max_bytes`` each. Every rank's lines are printed to ``out`` (the
+    cell's output) as they come.
 
     Bad input (a field, a function or argument that cannot be pickled, a call over
     ``max_bytes``) raises one :class:`~clustertrain.errors.UserError` before anything is queued.
@@ -87,23 +100,23 @@ def notebook_launcher(
     the first rank that failed and its error.
     """
     out = out or sys.stdout
-    if backend == "slurm" and not fields.get("host") and os.environ.get("CLUSTERTRAIN_HOST"):
-        fields["host"] = os.environ["CLUSTERTRAIN_HOST"]  # as submit reads it
-    for name in ("host", *_OWN_FIELDS):
-        if fields.get(name):
-            raise FieldError(name, fields[name], _REFUSED.get(name, "the call decides it"))
+    if backend == "slurm":
+        host = host or os.environ.get("CLUSTERTRAIN_HOST") or None  # as submit reads it
+    elif host:
+        raise FieldError("host", host, "a login node queues Slurm jobs: leave backend out")
+    _refuse_own(fields)
     if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
         raise FieldError("max_bytes", max_bytes, "a number of bytes, e.g. 256 << 20")
     key = secrets.token_bytes(32)
     call = pack(fn, args, key, max_bytes)
     fields.setdefault("name", name_from(getattr(fn, "__name__", "") or "notebook"))
     fields.setdefault("max_restarts", 0)  # a call runs once; a failure comes back to the cell
-    planned = api.plan(
-        runs_dir=runs_dir, module=RUNNER, args=[str(max_bytes)], nodes=nodes,
-        procs_per_node=procs_per_node, launcher=launcher, node_record=backend == "slurm",
-        **fields,
-    )  # fmt: skip
-    job = api.schedule(planned, backend, preflight, runs_dir, {protocol.NOTEBOOK_CALL: call})
+    fields.update(nodes=nodes, procs_per_node=procs_per_node, launcher=launcher)
+    if host is not None:
+        far = (host, allow_dirty, remote_clustertrain)
+        job = _queue_far(far, call, max_bytes, (runs_dir, preflight, out), fields)
+    else:
+        job = queue(call, max_bytes, backend, preflight, runs_dir, **fields)
     try:
         state = _watch(job, out)
     except KeyboardInterrupt:
@@ -112,105 +125,73 @@ def notebook_launcher(
     return outcome(job, state, key, max_bytes)
 
 
+def queue(
+    call: bytes,
+    max_bytes: int,
+    backend: str = "slurm",
+    preflight: bool = True,
+    runs_dir: str | None = None,
+    **fields: Any,
+) -> api.Job:
+    """The job of a packed ``call`` (:func:`pack`), planned as ``submit`` plans one and queued
+    with ``backend``, the call 0600 in its run folder. A login node's clustertrain queues the
+    call it receives from a notebook elsewhere with this (``clustertrain notebook-submit``)."""
+    _refuse_own(fields)
+    fields = {name: value for name, value in fields.items() if name not in _OWN_FIELDS}
+    planned = api.plan(
+        runs_dir=runs_dir, module=RUNNER, args=[str(max_bytes)],
+        node_record=backend == "slurm", **fields,
+    )  # fmt: skip
+    return api.schedule(planned, backend, preflight, runs_dir, {protocol.NOTEBOOK_CALL: call})
+
+
+def _queue_far(
+    far: tuple[str, bool, str | None],
+    call: bytes,
+    max_bytes: int,
+    here: tuple[str | None, bool, TextIO],
+    fields: dict[str, Any],
+) -> api.Job:
+    """The call queued by ``host``'s clustertrain (``far``: the host, allow_dirty, its
+    clustertrain; ``here``: the runs dir, preflight, the cell), the fields checked here first;
+    the job as this side records it. What the host says goes to the cell, less the lines
+    that :func:`_watch` says in its own words."""
+    from clustertrain.backends import hosts, remote, ssh  # lazy: start-up time
+    from clustertrain.spec.flags import as_flags
+
+    host, allow_dirty, clustertrain = far
+    runs_dir, preflight, out = here
+    ssh.check_host(host)
+    if fields.get("workdir") is not None:
+        raise FieldError(
+            "workdir", fields["workdir"], "with host the job runs at this directory's place "
+            "in the code snapshot; leave workdir out",
+        )  # fmt: skip
+    api.plan(runs_dir=runs_dir, module=RUNNER, args=[str(max_bytes)], node_record=False, **fields)
+    words = as_flags({name: value for name, value in fields.items() if name != "skip_prepare"})
+    words += ["--no-prepare"] * bool(fields.get("skip_prepare")) + [f"--max-bytes={max_bytes}"]
+    words += ["--no-preflight"] * (not preflight)
+    run, _ = remote.submit(
+        host, words, Path.cwd(), runs.runs_root(runs_dir), allow_dirty,
+        hosts.clustertrain_for(host, clustertrain), command=FAR_COMMAND, stdin=call,
+        echo=lambda line: None if line.startswith(_SAID_BY_WATCH) else print(line, file=out),
+    )  # fmt: skip
+    assert run is not None  # not a dry run
+    return api.Job(run)
+
+
+def _refuse_own(fields: dict[str, Any]) -> None:
+    for name in _OWN_FIELDS:
+        if fields.get(name):
+            raise FieldError(name, fields[name], _REFUSED[name])
+
+
 _REFUSED = {
-    "host": "notebook_launcher submits from where the notebook runs; open the notebook on the "
-    "login node (JupyterHub, Open OnDemand), or write the function into a script and "
-    "clustertrain.submit(script=..., host=...)",
     "sweep": "a call is one job: call notebook_launcher once for each value",
+    "max_parallel": "a call is one job: call notebook_launcher once for each value",
     "script": "the call runs fn on every rank; leave script and module out",
     "module": "the call runs fn on every rank; leave script and module out",
 }
-
-
-def pack(fn: Callable[..., Any], args: Sequence[Any], key: bytes, max_bytes: int) -> bytes:
-    """The call as the ranks read it, or a :class:`UserError` naming the object that cannot
-    be pickled, or the largest one when the call is over ``max_bytes``."""
-    import cloudpickle  # lazy: start-up time (a dry run needs no pickling)
-
-    if not callable(fn):
-        raise FieldError("fn", fn, "give the function each rank calls: notebook_launcher(f, args)")
-    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
-        raise FieldError(
-            "fn", fn, "a generator or coroutine cannot come back from the ranks; return a list"
-        )
-    if not isinstance(args, tuple | list):
-        raise FieldError("args", args, "a tuple of fn's arguments, e.g. (config,)")
-    try:
-        data: bytes = cloudpickle.dumps({"fn": fn, "args": tuple(args), "key": key})
-    except Exception as exc:
-        where, why = next(_unpicklable(fn, args), ("the call", rank_side.error_line(exc)))
-        raise UserError(
-            f"{where} cannot be pickled ({why}); create it inside the function (open files "
-            "there), or pass what makes it (a path, a seed) instead"
-        ) from None
-    if len(data) > max_bytes:
-        where, size = max(_sizes(fn, args), key=lambda pair: pair[1], default=("the call", 0))
-        raise UserError(
-            f"the call is {_mib(len(data))} pickled, over max_bytes ({_mib(max_bytes)}); "
-            f"{where} is {_mib(size)} of it: load large data inside the function (from a file "
-            "the nodes read), or raise max_bytes"
-        )
-    return data
-
-
-def _parts(fn: Callable[..., Any], args: Sequence[Any]) -> Iterator[tuple[str, Any]]:
-    """What a pickled call holds, each named as a user would look for it: the arguments, and
-    what the function carries with it (its closure's variables, the globals it uses, its
-    defaults, a method's object)."""
-    for at, arg in enumerate(args):
-        yield f"args[{at}]", arg
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    if hasattr(fn, "__self__") and not inspect.ismodule(fn.__self__):
-        yield f"the object of {name}", fn.__self__
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return
-    for var, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
-        yield f"{var} (a variable of {name}'s closure)", _content(cell)
-    seen, used = getattr(fn, "__globals__", {}), _names(code)
-    for var in used:
-        if var in seen and not inspect.ismodule(seen[var]):
-            yield f"{var} (a global {name} uses)", seen[var]
-    for at, default in enumerate(getattr(fn, "__defaults__", None) or ()):
-        yield f"default {at} of {name}", default
-
-
-def _names(code: Any) -> list[str]:
-    """The global names a code object and those nested in it (comprehensions, inner
-    functions) load, in order, once each."""
-    found = dict.fromkeys(code.co_names)
-    for const in code.co_consts:
-        if inspect.iscode(const):
-            found.update(dict.fromkeys(_names(const)))
-    return list(found)
-
-
-def _content(cell: Any) -> Any:
-    try:
-        return cell.cell_contents
-    except ValueError:  # a variable not yet assigned
-        return None
-
-
-def _unpicklable(fn: Callable[..., Any], args: Sequence[Any]) -> Iterator[tuple[str, str]]:
-    import cloudpickle  # lazy: start-up time, as in pack
-
-    for where, part in _parts(fn, args):
-        try:
-            cloudpickle.dumps(part)
-        except Exception as exc:
-            yield where, rank_side.error_line(exc)
-
-
-def _sizes(fn: Callable[..., Any], args: Sequence[Any]) -> Iterator[tuple[str, int]]:
-    import cloudpickle  # lazy: start-up time, as in pack
-
-    for where, part in _parts(fn, args):
-        yield where, len(cloudpickle.dumps(part))
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1 << 20):.1f} MiB"
 
 
 def _watch(job: api.Job, out: TextIO) -> JobState:
@@ -268,6 +249,7 @@ def _say(out: TextIO, line: str) -> None:
 
 def outcome(job: api.Job, state: JobState, key: bytes, max_bytes: int) -> Any:
     """Rank 0's return value, read back from a job that completed; else :class:`JobFailed`."""
+    _bring_back(job, max_bytes)
     if state.state != "COMPLETED":
         raise _failure(job, state)
     path = job.run_dir / protocol.NOTEBOOK_RESULT
@@ -287,6 +269,18 @@ def outcome(job: api.Job, state: JobState, key: bytes, max_bytes: int) -> Any:
             f"({rank_side.error_line(exc)}); return plain data (a CPU tensor, numbers)",
             job,
         ) from None
+
+
+def _bring_back(job: api.Job, max_bytes: int) -> None:
+    """A job queued by a login node: its result and errors, copied from the run folder there
+    into this side's (the result is still read as :func:`outcome` reads any)."""
+    from clustertrain.backends import remote  # lazy: start-up time
+
+    far = remote.of(job.run)
+    if far is not None:
+        names = (protocol.NOTEBOOK_RESULT, protocol.NOTEBOOK_ERROR.format(rank="*"))
+        limit = max_bytes + rank_side.SEAL_BYTES + job.run.world_size * 8192 + (1 << 20)
+        remote.fetch(far, job.run_dir, names, limit)
 
 
 def _failure(job: api.Job, state: JobState) -> JobFailed:
