@@ -359,6 +359,8 @@ def test_the_login_nodes_ssh_files(tmp_path: Path) -> None:
     sshd = login.render_sshd_config(layout).splitlines()
     assert "ListenAddress 10.99.7.4:22" in sshd  # after the controller and the nodes
     assert f"AuthorizedKeysFile {tmp_path}/ssh/authorized_keys" in sshd
+    # Another user's own keys, never root's: the Match block is last, as sshd requires.
+    assert sshd[-2:] == ["Match User *,!root", "    AuthorizedKeysFile .ssh/authorized_keys"]
     assert "PasswordAuthentication no" in sshd and "KbdInteractiveAuthentication no" in sshd
     client = login.render_client_config(layout)
     assert "Host login\n    HostName 10.99.7.4\n" in client

@@ -10,6 +10,7 @@ cancel A's job (clustertrain refuses with one line; Slurm's own scancel is refus
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -37,7 +38,7 @@ class User:
     home: Path
 
     def run(
-        self, *argv: str, timeout: float = 300, cwd: Path | None = None
+        self, *argv: str, timeout: float = 300, cwd: Path | None = None, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         env = [f"HOME={self.home}", f"PATH={self.home}/venv/bin:/usr/bin:/bin",
                f"SLURM_CONF={os.environ['SLURM_CONF']}", f"USER={self.name}",
@@ -45,6 +46,7 @@ class User:
         return subprocess.run(
             ["runuser", "-u", self.name, "--", "env", "-i", *env, *argv],
             cwd=cwd or self.home, capture_output=True, text=True, timeout=timeout, check=False,
+            input=stdin,
         )  # fmt: skip
 
 
@@ -72,6 +74,8 @@ def users(cluster: None, data_dir: Path) -> Iterator[tuple[User, User]]:  # noqa
         for letter in "ab":
             name = f"ctuser{letter}{tag}"
             subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+            # No password, and not a locked account either: sshd lets such a user in by key.
+            subprocess.run(["usermod", "-p", "*", name], check=True)
             made.append(User(name, Path(pwd.getpwnam(name).pw_dir)))
         a = made[0]
         assert a.run(PYTHON, "-m", "venv", f"{a.home}/venv").returncode == 0
@@ -127,3 +131,111 @@ def test_a_user_runs_the_headline_job_and_another_cannot_read_or_cancel_it(
     # The job ran as A on the nodes: every file it wrote is A's.
     owners = {p.stat().st_uid for p in run_dir.rglob("*")}
     assert owners == {pwd.getpwnam(a.name).pw_uid}
+
+
+TRAIN = """import os, sys
+print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} as {os.environ['USER']}",
+      *sys.argv[1:])
+"""
+
+API = """import json, clustertrain
+job = clustertrain.submit(nodes=2, gpus_per_node=0, cpus_per_task=1,
+                          extra_args=["--epochs", "1", "--limit-train", "2000"])
+state = job.wait(timeout=600)
+print(json.dumps({"state": state, "done": job.metrics()[-1]}))
+"""
+
+NOTEBOOK = """import json, clustertrain
+
+def world(scale):  # defined in __main__, as a notebook cell defines it
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    mine = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(mine)
+    return {"world": dist.get_world_size(), "sum": mine.item() * scale}
+
+print(json.dumps(clustertrain.notebook_launcher(
+    world, (10,), host="login", nodes=2, procs_per_node=1, launcher="torchrun", cpus_per_task=1,
+)))
+"""
+
+
+def _ssh_to_login(user: User) -> None:
+    """``ssh login`` for ``user`` as at a site: a key of their own in their authorized_keys,
+    the login node's host key pinned, and their clustertrain there named in their hosts file."""
+    from clustertrain import cluster as local
+
+    state = local.default_state_dir()
+    layout = local.current_layout(state)
+    assert layout is not None and layout.network == "namespaces"
+    host_key = " ".join((state / "ssh" / "host_ed25519.pub").read_text().split()[:2])
+    ssh = user.home / ".ssh"
+    made = user.run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{ssh}/id_ed25519")
+    assert made.returncode == 0, made.stderr
+    files = {
+        "authorized_keys": (ssh / "id_ed25519.pub").read_text(),
+        "known_hosts": f"login {host_key}\n",
+        "config": f"Host login\n    HostName {layout.login_address}\n    User {user.name}\n"
+        "    HostKeyAlias login\n    StrictHostKeyChecking yes\n",
+    }
+    for name, text in files.items():
+        assert user.run("sh", "-c", f"umask 077 && cat > {ssh / name}", stdin=text).returncode == 0
+    hosts = f"login:\n  remote_clustertrain: {user.home}/venv/bin/clustertrain\n"
+    config = user.home / ".config" / "clustertrain"
+    assert user.run("mkdir", "-p", str(config)).returncode == 0
+    assert user.run("sh", "-c", f"cat > {config}/hosts.yaml", stdin=hosts).returncode == 0
+
+
+def test_a_users_sweep_api_script_and_login_node_submissions_run_as_that_user(
+    users: tuple[User, User],
+) -> None:
+    """What else a user does, as that user: a sweep, the Python API, ``submit --host login``
+    (their own key, their own clustertrain there) and a notebook's function through the login
+    node; every job's files are theirs, and their run folders theirs alone."""
+    a, _ = users
+    uid = pwd.getpwnam(a.name).pw_uid
+    tree = a.home / "laptop"
+    for step in (["mkdir", str(tree)], ["git", "init", "-q", str(tree)]):
+        assert a.run(*step).returncode == 0
+    for name, text in {"train.py": TRAIN, "api.py": API, "nb.py": NOTEBOOK,
+                       ".gitignore": "runs/\n"}.items():  # fmt: skip
+        assert a.run("sh", "-c", f"cat > {tree / name}", stdin=text).returncode == 0
+    commit = a.run("sh", "-c", "git add -A && git -c user.name=a -c user.email=a@a commit -qm c",
+                   cwd=tree)  # fmt: skip
+    assert commit.returncode == 0, commit.stderr
+
+    sweep = a.run("clustertrain", "submit", "--nodes", "1", "--gpus-per-node", "0",
+                  "--cpus-per-task", "1", "--sweep", "lr=0.05,0.1", "--", "--epochs", "1",
+                  "--limit-train", "2000", cwd=tree)  # fmt: skip
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    followed = a.run("clustertrain", "logs", "last", "--follow", cwd=tree, timeout=600)
+    assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr[-2000:]
+    results = a.run("clustertrain", "results", "last", "--json", cwd=tree)
+    assert sorted(row["params"]["lr"] for row in json.loads(results.stdout)) == ["0.05", "0.1"]
+
+    api = a.run("python", "api.py", cwd=tree, timeout=600)
+    assert api.returncode == 0, api.stdout[-2000:] + api.stderr[-2000:]
+    said = json.loads(api.stdout.splitlines()[-1])
+    assert said["state"] == "COMPLETED" and said["done"]["world_size"] == 2, said
+
+    _ssh_to_login(a)
+    far = a.run("clustertrain", "submit", "--host", "login", "--script", "train.py",
+                "--nodes", "2", "--gpus-per-node", "0", "--cpus-per-task", "1", "--", "hello",
+                cwd=tree)  # fmt: skip
+    assert far.returncode == 0, far.stdout + far.stderr
+    followed = a.run("clustertrain", "logs", "last", "--follow", cwd=tree, timeout=600)
+    assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr[-2000:]
+    assert f"rank 1 of 2 as {a.name} hello" in followed.stdout, followed.stdout[-2000:]
+
+    notebook = a.run("python", "nb.py", cwd=tree, timeout=600)
+    assert notebook.returncode == 0, notebook.stdout[-3000:] + notebook.stderr[-2000:]
+    assert json.loads(notebook.stdout.splitlines()[-1]) == {"world": 2, "sum": 30.0}
+
+    # Every run folder, here and on the login node, is A's alone, and all in it is A's.
+    folders = [*(tree / "runs").iterdir(), *(a.home / ".clustertrain" / "runs").iterdir()]
+    assert len(folders) == 6, folders  # sweep, api, submit --host and notebook (twice each)
+    for folder in folders:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+        assert {p.stat().st_uid for p in folder.rglob("*")} == {uid}, folder
