@@ -116,8 +116,8 @@ def _recording_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     said.mkdir()
     (bin_dir / "ssh").write_text(
         f'#!/bin/sh\nn=$(ls {said} | grep -c words)\nprintf "%s\\n" "$@" > {said}/$n.words\n'
-        f"cat > {said}/$n.stdin\ncase \"$*\" in *'test -e'*) exit 0;; esac\necho 'ssh: connect to host login: No route to host' >&2\n"
-        "exit 255\n"
+        f"cat > {said}/$n.stdin\ncase \"$*\" in *'test -e'*) exit 0;; esac\n"
+        "echo 'ssh: connect to host login: No route to host' >&2\nexit 255\n"
     )
     (bin_dir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
