@@ -8,6 +8,7 @@ the rank side alike.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -41,11 +42,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
 
 
-def open_regular(path: Path) -> BinaryIO:
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
     """A regular file, open for reading: a symlink (even one put there since the file was
-    listed), a FIFO or a device is refused without blocking, as :class:`RunFolderError`."""
+    listed), a FIFO or a device is refused without blocking, as :class:`RunFolderError`. With
+    ``within`` (a run folder), every part of ``path`` below it is opened from the folder's
+    descriptor, never through a symlink: a subfolder swapped for a link, at any depth and at
+    any moment, leads nowhere."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, _READ) if within is None else _open_below(path, within)
     except OSError as exc:
         raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked first: fdopen refuses a folder
@@ -54,10 +61,27 @@ def open_regular(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
-    """At most ``limit`` bytes of a regular file (:func:`open_regular`), the last ones with
-    ``tail``; a larger file without ``tail`` is refused."""
-    with open_regular(path) as handle:
+def _open_below(path: Path, within: Path) -> int:
+    """``path`` opened one part at a time from ``within`` (itself no symlink) with openat and
+    ``O_NOFOLLOW``; a path that is not below ``within`` is refused."""
+    parts = path.relative_to(within).parts if path.is_relative_to(within) else ()
+    if not parts or any(part in (".", "..") for part in parts):
+        raise OSError(errno.EXDEV, f"not inside {within}")
+    folder = os.open(within, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        return os.open(parts[-1], _READ, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def read_regular(path: Path, limit: int, tail: bool = False, within: Path | None = None) -> bytes:
+    """At most ``limit`` bytes of a regular file (:func:`open_regular`, ``within`` as there),
+    the last ones with ``tail``; a larger file without ``tail`` is refused."""
+    with open_regular(path, within) as handle:
         size = os.fstat(handle.fileno()).st_size
         if tail and size > limit:
             handle.seek(size - limit)

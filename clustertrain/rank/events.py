@@ -101,14 +101,19 @@ def read(path: Path) -> list[Event]:
 
 
 def scan(
-    path: Path, start: float = -math.inf, end: float = math.inf, max_bytes: int = MAX_BYTES
+    path: Path,
+    start: float = -math.inf,
+    end: float = math.inf,
+    max_bytes: int = MAX_BYTES,
+    within: Path | None = None,
 ) -> tuple[list[Event], int]:
     """The well-formed events of ``path`` whose time lies in [start, end], in file order, and
     how many non-empty lines were left out: not an event, a value that is not a finite
     number, or a time outside the window (one line of ``"time": 1e308`` would otherwise
-    stretch every timeline drawn from the file to 10^308 seconds)."""
+    stretch every timeline drawn from the file to 10^308 seconds). ``within``: the run folder
+    that holds ``path``, as :func:`clustertrain.files.open_regular` takes it."""
     try:
-        data = read_regular(path, max_bytes, tail=True).decode("utf-8", "replace")
+        data = read_regular(path, max_bytes, True, within).decode("utf-8", "replace")
     except RunFolderError:
         return [], 0
     found, dropped = [], 0

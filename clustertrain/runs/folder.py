@@ -81,6 +81,12 @@ class Run:
         return int(number) if sep else None
 
     @property
+    def folder(self) -> Path:
+        """The run folder that holds this run's files (a task's: its job's), which every read
+        stays inside (clustertrain.files.open_regular's ``within``)."""
+        return self.path if self.task_number is None else self.path.parent.parent
+
+    @property
     def logs_dir(self) -> Path:
         return self.path / protocol.LOGS_DIR
 
@@ -100,7 +106,8 @@ class Run:
             submitted = datetime.fromisoformat(self.submitted_at).timestamp()
         except ValueError:
             submitted = -math.inf
-        found, dropped = events.scan(self.events_path, submitted - 60, time.time() + 60)
+        window = (submitted - 60, time.time() + 60)
+        found, dropped = events.scan(self.events_path, *window, within=self.folder)
         if dropped and warn is not None:
             warn(
                 f"{self.events_path}: {dropped} line(s) left out: not an event, a value that is "
@@ -116,8 +123,9 @@ class Run:
             return []
         try:
             data = read_regular(
-                self.out_dir / protocol.METRICS_FILE, tail or _MAX_METRICS, tail=tail is not None
-            )
+                self.out_dir / protocol.METRICS_FILE, tail or _MAX_METRICS, tail is not None,
+                self.folder,
+            )  # fmt: skip
         except RunFolderError:
             return []
         records = []

@@ -120,6 +120,7 @@ class Tail:
     job_id: str
     wants: Callable[[LogFile], bool]
     clock: Callable[[], float]
+    within: Path | None = None  # the run folder: every log is read from inside it
     files: dict[str, _Tracked] = field(default_factory=dict)
     _order: list[str] = field(default_factory=list)
     _hot: dict[str, float] = field(default_factory=dict)
@@ -194,7 +195,7 @@ class Tail:
 
     def _read_chunk(self, tracked: _Tracked, final: bool) -> Iterator[tuple[LogFile, bytes]]:
         try:  # a log replaced by a symlink since it was listed is not read
-            handle = open_regular(tracked.log.path)
+            handle = open_regular(tracked.log.path, self.within)
         except RunFolderError:
             return
         with handle:

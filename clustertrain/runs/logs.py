@@ -160,7 +160,7 @@ def hang(run: Run) -> str | None:
             if beats.is_symlink():
                 continue
             try:
-                said = read_regular(beats / protocol.HANG_FILE, 64 << 10)
+                said = read_regular(beats / protocol.HANG_FILE, 64 << 10, within=run.folder)
             except RunFolderError:
                 continue
             found = said.decode("utf-8", "replace").strip() or found
@@ -206,7 +206,7 @@ def first_failure(run: Run) -> Failure | None:
         if log.attempt != last_attempt:
             continue
         try:
-            data = read_regular(log.path, _FAILURE_TAIL_BYTES, tail=True)
+            data = read_regular(log.path, _FAILURE_TAIL_BYTES, True, run.folder)
         except RunFolderError:
             continue
         text = data.decode("utf-8", "replace")
@@ -234,7 +234,7 @@ def lost_nodes(run: Run) -> list[str]:
     batch shell's log, every attempt's, in order."""
     path = run.logs_dir / f"slurm-{run.job_id}.err"
     try:
-        text = read_regular(path, 1 << 20, tail=True).decode("utf-8", "replace")
+        text = read_regular(path, 1 << 20, True, run.folder).decode("utf-8", "replace")
     except RunFolderError:
         return []
     return list(dict.fromkeys(printable(node) for node in _NODE_FAILURE.findall(text)))
@@ -251,16 +251,16 @@ def read_all(run: Run, filters: Filter) -> Iterator[str]:
             if not filters.wants_file(log):
                 continue
             reader = _Reader(run, log, filters, prefix)
-            for line in _lines(log.path):
+            for line in _lines(log.path, view.folder):
                 yield from reader.feed(line)
             yield from reader.finish()
 
 
-def _lines(path: Path) -> Iterator[str]:
+def _lines(path: Path, within: Path) -> Iterator[str]:
     """The lines of a log, read a line at a time (a line over MAX_PARTIAL comes in pieces of
     that size), never through a symlink: a log may be gigabytes, or planted."""
     try:
-        handle = open_regular(path)
+        handle = open_regular(path, within)
     except RunFolderError:
         return
     with handle:
@@ -301,7 +301,9 @@ def follow_lines(
     Only complete lines are yielded; a final pass after the job ends catches the last ones.
     How the files are polled, at any number of them: :mod:`clustertrain.runs.follow`.
     """
-    tails = [(p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock)) for p, v in _views(run)]
+    tails = [
+        (p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock, v.folder)) for p, v in _views(run)
+    ]
     readers: dict[Path, _Reader] = {}
 
     def formatted(prefix: str, found: Iterator[tuple[LogFile, bytes]]) -> Iterator[str]:

@@ -391,3 +391,37 @@ def test_symlinked_folders_inside_a_run_folder_are_not_followed(tmp_path: Path) 
     (attempt / f"{protocol.HEARTBEAT_DIR}-hung-1").symlink_to(elsewhere)
     (attempt / protocol.HEARTBEAT_DIR).symlink_to(elsewhere)
     assert logs.hang(run) is None
+
+
+def test_a_folder_swapped_for_a_link_after_it_was_listed_leads_nowhere(tmp_path: Path) -> None:
+    """The race the checks alone leave open: ``logs/attempt-0`` is listed as a folder, then
+    swapped for a symlink to someone else's folder before its files are read. Every read
+    opens each part from the run folder's descriptor (openat, O_NOFOLLOW), so what is read is
+    the run's or nothing: the follower, the whole-log reader, the failure and hang readers."""
+    from clustertrain import protocol
+    from clustertrain.files import RunFolderError, open_regular
+
+    run = _make_run(tmp_path / "runs", "9")
+    attempt = run.logs_dir / "attempt-0"
+    attempt.mkdir(parents=True)
+    (attempt / "node1.out").write_bytes(b"mine\n")
+    now = [0.0]
+    tail = follow.Tail(run.logs_dir, run.job_id, lambda log: True, lambda: now[0], run.folder)
+    assert [line for _, line in _cycle_logs(tail, now)] == [b"mine"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "node1.out").write_bytes(b"mine\na secret of someone else's\n")
+    (elsewhere / protocol.HEARTBEAT_DIR).mkdir()
+    (elsewhere / protocol.HEARTBEAT_DIR / protocol.HANG_FILE).write_text("a secret\n")
+    attempt.rename(tmp_path / "gone")
+    attempt.symlink_to(elsewhere)  # listed already: the follower reads it without listing again
+    assert _cycle_logs(tail, now) == [] and list(tail.finish()) == []
+    with pytest.raises(RunFolderError, match="cannot be read"):
+        open_regular(attempt / "node1.out", within=run.path)
+    with pytest.raises(RunFolderError, match="not inside"):
+        open_regular(tmp_path / "elsewhere" / "node1.out", within=run.path)
+    with pytest.raises(RunFolderError, match="not inside"):
+        open_regular(run.path / ".." / run.path.name / "job.json", within=run.path)
+    found = logs.LogFile(attempt / "node1.out", 0, "node1", "out")
+    assert list(logs._lines(found.path, run.folder)) == []
+    assert open_regular(run.path / "job.json", within=run.path).read(1) == b"{"
