@@ -94,10 +94,14 @@ def _first_error_line(text: str) -> str:
 class Slurm:
     """Slurm's commands, run through ``runner`` (``subprocess.run`` by default)."""
 
-    def __init__(self, runner: Runner | None = None, conf: Path | None = None) -> None:
-        """``conf``: the slurm.conf to use (the local cluster's), else the environment's."""
+    def __init__(
+        self, runner: Runner | None = None, conf: Path | None = None, bin_dir: Path | None = None
+    ) -> None:
+        """``conf``: the slurm.conf to use (the local cluster's), else the environment's;
+        ``bin_dir``: the folder of Slurm's commands, else PATH's."""
         self.conf = conf
-        self._runner = runner or (lambda argv: _run(argv, conf))
+        where = (lambda name: str(bin_dir / name)) if bin_dir is not None else str
+        self._runner = runner or (lambda argv: _run([where(argv[0]), *argv[1:]], conf))
 
     @property
     def environ(self) -> dict[str, str]:

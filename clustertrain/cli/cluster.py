@@ -40,8 +40,20 @@ def cluster() -> None:
     show_default=True,
     help="Seconds a node may not answer before Slurm declares it down (sites: 300 or more).",
 )
+@click.option(
+    "--slurm",
+    default="22.05",
+    show_default=True,
+    help="22.05: this host's packages (Debian 12); 24.11: Debian 13's, from a root filesystem "
+    "made once with mmdebstrap (its commands: export the PATH printed). Checked by the layout.",
+)
 def up(
-    nodes: int, cpus_per_node: int | None, gpus_per_node: int, network: str, slurmd_timeout: int
+    nodes: int,
+    cpus_per_node: int | None,
+    gpus_per_node: int,
+    network: str,
+    slurmd_timeout: int,
+    slurm: str,
 ) -> None:
     """Install Slurm if needed and start a controller and one slurmd per node."""
 
@@ -54,8 +66,11 @@ def up(
         gpus_per_node=gpus_per_node,
         network=network,
         slurmd_timeout_s=slurmd_timeout,
+        slurm=slurm,
     )
     conf = local.up(layout)
+    if slurm != local.SLURM_DEFAULT:  # its commands, not this host's (the line before the last)
+        click.echo(f'export PATH={local.clients_dir(layout.state_dir)}:"$PATH"')
     click.echo(f"export SLURM_CONF={conf}")
 
 

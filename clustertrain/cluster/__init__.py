@@ -16,6 +16,7 @@ Why each setting: the comments beside it in ``config.py`` and ``templates/cluste
   login.py      the login node: sshd's keys and configuration, ~/.ssh/config's Include line
   lifecycle.py  up, down and status; Slurm is asked through clustertrain.backends.slurm
   faults.py     a node failed (killed, its link cut) or made slow (tbf, a CPU quota), healed
+  rootfs.py     Slurm 24.11 beside this host's 22.05: Debian 13's, from a root filesystem
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from .config import (
 )
 from .faults import degrade, heal
 from .faults import fail as fail_node
-from .layout import Layout, default_state_dir
+from .layout import SLURM_DEFAULT, SLURM_VERSIONS, Layout, clients_dir, default_state_dir
 from .lifecycle import current_layout, down, local_slurm_conf, status, up
 
 __all__ = [
+    "SLURM_DEFAULT",
+    "SLURM_VERSIONS",
     "Layout",
+    "clients_dir",
     "current_layout",
     "default_state_dir",
     "degrade",

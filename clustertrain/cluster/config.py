@@ -10,6 +10,7 @@ from __future__ import annotations
 from clustertrain.render.templates import CLUSTER_TEMPLATES as TEMPLATES
 from clustertrain.render.templates import render_template
 
+from . import rootfs
 from .layout import Layout, conf_path, dns_conf, gpu_files, munge_socket
 
 HOSTS_BEGIN = "# BEGIN clustertrain local cluster"
@@ -86,6 +87,7 @@ def _settings(layout: Layout, controller: str) -> Line:
         # Seconds between SIGTERM and SIGKILL on scancel or time limit: keeps cancel quick.
         ("KillWait", "2"),
         ("MessageTimeout", "5"),
+        *rootfs.slurm_conf_lines(layout.slurm),
     ]
 
 

@@ -18,8 +18,17 @@ from pathlib import Path
 
 from clustertrain.procs import proc_stat, start_time
 
-from . import login, netns
-from .layout import Layout, conf_path, dns_conf, hosts_file, munge_socket, record_path, resolv_file
+from . import login, netns, rootfs
+from .layout import (
+    SLURM_DEFAULT,
+    Layout,
+    conf_path,
+    dns_conf,
+    hosts_file,
+    munge_socket,
+    record_path,
+    resolv_file,
+)
 
 CLUSTER_ID_VAR = "CLUSTERTRAIN_CLUSTER_ID"
 
@@ -52,7 +61,7 @@ def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
     ]
     found = [
         ("munged", munged),
-        ("slurmctld", [which("slurmctld") or "slurmctld", "-D", "-f", conf]),
+        ("slurmctld", _slurm_daemon(layout, ["slurmctld", "-D", "-f", conf])),
     ]
     if layout.network == "namespaces":
         dnsmasq = [
@@ -62,7 +71,7 @@ def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
         ]
         found.append(("dnsmasq", dnsmasq))
     for node in layout.node_names:
-        argv = [which("slurmd") or "slurmd", "-D", "-N", node, "-f", conf]
+        argv = _slurm_daemon(layout, ["slurmd", "-D", "-N", node, "-f", conf])
         if layout.network == "namespaces":
             argv = netns.enter(names, node, hosts_file(d, node), resolv_file(d), argv)
         found.append((f"slurmd-{node}", argv))
@@ -72,6 +81,16 @@ def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
         argv = netns.enter(names, login.NAME, hosts_file(d, login.NAME), resolv_file(d), sshd)
         found.append((f"sshd-{login.NAME}", argv))
     return found
+
+
+def _slurm_daemon(layout: Layout, argv: list[str]) -> list[str]:
+    """A Slurm daemon's command line: this host's, or the root filesystem's of the layout's
+    Slurm (clustertrain.cluster.rootfs), in a mount namespace of its own."""
+    if layout.slurm == SLURM_DEFAULT:
+        return [which(argv[0]) or argv[0], *argv[1:]]
+    base = rootfs.root(layout.slurm)
+    inside = rootfs.daemon_argv(base, [layout.state_dir], [f"/usr/sbin/{argv[0]}", *argv[1:]])
+    return ["unshare", "--mount", "--propagation", "slave", *inside]
 
 
 def alive(proc: dict) -> bool:

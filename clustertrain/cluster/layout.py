@@ -10,6 +10,7 @@ from pathlib import Path
 from clustertrain.errors import FieldError
 
 NETWORKS = ("namespaces", "loopback")
+SLURM_DEFAULT, SLURM_VERSIONS = "22.05", ("22.05", "24.11")  # rootfs.py runs all but the first
 
 
 def default_state_dir() -> Path:
@@ -38,6 +39,9 @@ class Layout:
     # here so that tests of a lost node are quick; sites keep Slurm's 300 s or more.
     slurmd_timeout_s: int = 30
     state_dir: Path = field(default_factory=default_state_dir)
+    # Which Slurm runs it: this host's packages (22.05), or 24.11 from a root filesystem of
+    # Debian 13 (clustertrain.cluster.rootfs).
+    slurm: str = SLURM_DEFAULT
 
     def __post_init__(self) -> None:
         for name, low, high in [
@@ -51,6 +55,8 @@ class Layout:
             value = getattr(self, name)
             if not isinstance(value, int) or not low <= value <= high:
                 raise FieldError(name, value, f"use a whole number from {low} to {high}")
+        if self.slurm not in SLURM_VERSIONS:
+            raise FieldError("slurm", self.slurm, f"use one of {', '.join(SLURM_VERSIONS)}")
         if self.network not in NETWORKS:
             raise FieldError("network", self.network, f"use one of {', '.join(NETWORKS)}")
         try:
@@ -108,7 +114,7 @@ class Layout:
     def describe(self) -> str:
         return (
             f"{self.nodes} nodes x {self.cpus_per_node} CPUs, {self.gpus_per_node} GPUs, "
-            f"{self.memory_mb_per_node} MB, {self.network} network"
+            f"{self.memory_mb_per_node} MB, {self.network} network, Slurm {self.slurm}"
         )
 
 
@@ -137,6 +143,12 @@ def dns_conf(state_dir: Path) -> Path:
 def resolv_file(state_dir: Path) -> Path:
     """The file every node sees as /etc/resolv.conf (namespace network only)."""
     return state_dir / "resolv.conf"
+
+
+def clients_dir(state_dir: Path) -> Path:
+    """Slurm's commands for a cluster whose Slurm is not this host's (clustertrain.cluster
+    .rootfs); put it first on PATH."""
+    return state_dir / "bin"
 
 
 def gpu_files(layout: Layout, node: str) -> list[Path]:

@@ -16,7 +16,7 @@ from clustertrain.backends import ssh
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 
-from . import daemons, faults, login, netns
+from . import daemons, faults, login, netns, rootfs
 from .config import (
     hosts_lines,
     hosts_with_block,
@@ -29,7 +29,9 @@ from .config import (
     render_slurm_conf,
 )
 from .layout import (
+    SLURM_DEFAULT,
     Layout,
+    clients_dir,
     conf_path,
     default_state_dir,
     dns_conf,
@@ -154,6 +156,12 @@ def _prepare(layout: Layout, controller: str) -> None:
             os.mknod(gpu, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # like /dev/null
             gpu.chmod(0o666)  # mknod's mode is cut by the umask
     conf_path(d).write_text(render_slurm_conf(layout, controller))
+    shutil.rmtree(clients_dir(d), ignore_errors=True)
+    (d / "cgroup.conf").unlink(missing_ok=True)
+    if layout.slurm != SLURM_DEFAULT:
+        base = rootfs.ensure(layout.slurm, [d])
+        rootfs.write_clients(base, clients_dir(d))
+        (d / "cgroup.conf").write_text(rootfs.cgroup_conf(layout.slurm) or "")
     (d / "gres.conf").write_text(render_gres_conf(layout))
     (d / "oci.conf").write_text(render_oci_conf(layout))
     if layout.network == "namespaces":
@@ -266,8 +274,10 @@ def _names(record: dict) -> netns.Names:
 
 
 def _slurm(state_dir: Path) -> Slurm:
-    """Slurm's commands, bound to this cluster's slurm.conf."""
-    return Slurm(conf=conf_path(state_dir))
+    """Slurm's commands, bound to this cluster's slurm.conf (and its Slurm's, when that is not
+    this host's)."""
+    clients = clients_dir(state_dir)
+    return Slurm(conf=conf_path(state_dir), bin_dir=clients if clients.is_dir() else None)
 
 
 def _cancel_jobs(state_dir: Path) -> None:
@@ -315,6 +325,8 @@ def down(state_dir: Path) -> None:
     # cluster is up.
     conf_path(state_dir).unlink(missing_ok=True)
     (state_dir / "oci.conf").unlink(missing_ok=True)
+    (state_dir / "cgroup.conf").unlink(missing_ok=True)
+    shutil.rmtree(clients_dir(state_dir), ignore_errors=True)
     dns_conf(state_dir).unlink(missing_ok=True)
     resolv_file(state_dir).unlink(missing_ok=True)
     record_path(state_dir).unlink()

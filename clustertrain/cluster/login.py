@@ -23,7 +23,7 @@ from pathlib import Path
 
 from clustertrain.errors import UserError
 
-from .layout import Layout, conf_path
+from .layout import SLURM_DEFAULT, Layout, clients_dir, conf_path
 
 NAME = "login"
 SSH_PORT = 22
@@ -71,6 +71,8 @@ def render_sshd_config(layout: Layout) -> str:
     folder = ssh_dir(layout.state_dir)
     # A session's PATH: this clustertrain's folder first (its venv), then the usual ones.
     path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+    if layout.slurm != SLURM_DEFAULT:  # its Slurm's commands, not this host's
+        path = f"{clients_dir(layout.state_dir)}:{path}"
     settings = [
         ("ListenAddress", f"{layout.login_address}:{SSH_PORT}"),
         ("HostKey", str(folder / "host_ed25519")),

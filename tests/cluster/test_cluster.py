@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -220,6 +221,18 @@ def slurm(*args: str) -> str:
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
+def test_the_cluster_runs_the_slurm_it_says(live: cluster.Layout) -> None:
+    """The daemons and the commands on PATH (what clustertrain and submitit run) are the
+    layout's Slurm: 24.11 refuses a 22.05 client, so a mix would not get this far."""
+    assert slurm("sinfo", "--version").split()[-1].startswith(f"{live.slurm}.")
+    config = slurm("scontrol", "show", "config")
+    assert re.search(rf"^SLURM_VERSION\s*=\s*{re.escape(live.slurm)}\.", config, re.M), config
+    assert f"Slurm {live.slurm}" in cluster.status(live.state_dir)
+
+
+@pytest.mark.slurm
+@pytest.mark.every_slurm
 def test_every_node_is_up(live: cluster.Layout) -> None:
     states = dict(line.split() for line in slurm("sinfo", "-h", "-N", "-o", "%N %T").splitlines())
     assert sorted(states) == sorted(live.node_names)
@@ -228,12 +241,14 @@ def test_every_node_is_up(live: cluster.Layout) -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
 def test_srun_reaches_two_nodes(live: cluster.Layout) -> None:
     out = slurm("srun", "-N2", "-l", "printenv", "SLURMD_NODENAME")
     assert sorted(out.split()) == ["0:", "1:", "node1", "node2"]
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
 def test_batch_job_gets_its_gpus(live: cluster.Layout, tmp_path: Path) -> None:
     if live.gpus_per_node < 2:
         pytest.skip("needs 2 GPUs per node")
@@ -259,6 +274,7 @@ def test_up_when_up_changes_nothing(live: cluster.Layout) -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
 def test_the_login_node_is_reached_by_ssh_and_has_slurm_and_clustertrain(
     live: cluster.Layout,
 ) -> None:

@@ -21,6 +21,7 @@ def _line(text: str) -> int:
     return next(number for number, line in enumerate(lines, 1) if text in line)
 
 
+@pytest.mark.every_slurm
 def test_a_hung_step_starts_again_on_the_same_nodes_and_completes(
     cluster: None,  # noqa: F811
     tmp_path: Path,

@@ -68,6 +68,7 @@ def _second_node(job_id: str) -> str:
 # A cut link: the node's processes live on, unreachable. A killed node's way to NODE_FAIL is
 # the requeue test's below (and the spare tests' roll call finds killed nodes).
 @pytest.mark.parametrize("how", [["--cut-link"]], ids=["link-cut"])
+@pytest.mark.every_slurm
 def test_a_lost_node_ends_the_job_and_status_names_it(
     layout: local.Layout, env: dict[str, str], how: list[str]
 ) -> None:

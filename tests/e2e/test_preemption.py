@@ -367,6 +367,7 @@ def slurm_env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
 def test_slurm_job_signalled_twice_requeues_and_matches_an_uninterrupted_one(
     cluster: None,  # noqa: F811
     slurm_env: dict[str, str],

@@ -80,6 +80,7 @@ def _mnist(data_dir: Path, *train: str) -> list[str]:
     return [*job, "--", "--strategy", "ddp", "--data-dir", str(data_dir), *train]
 
 
+@pytest.mark.every_slurm
 def test_a_job_submitted_over_ssh_completes_and_is_followed_here_through_a_dropped_link(
     tree: Path, env: dict[str, str], data_dir: Path
 ) -> None:
@@ -189,6 +190,7 @@ def test_your_hosts_file_names_the_clustertrain_there(tree: Path, tmp_path: Path
     assert flag.returncode == 0 and "submission host: ready" in flag.stdout, flag.stderr
 
 
+@pytest.mark.every_slurm
 def test_status_and_cancel_from_here(tree: Path, env: dict[str, str], data_dir: Path) -> None:
     job_id, _, _ = _submit(tree, env, *_mnist(data_dir, "--recipe", "fast", "--epochs", "50"))
     deadline = time.monotonic() + 120

@@ -91,6 +91,7 @@ def metrics(run_dir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.every_slurm
 def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[str, str]) -> None:
     args = [
         "jobs/mnist.yaml",
@@ -189,6 +190,7 @@ def test_two_jobs_at_once_on_the_same_nodes_both_complete(
     assert len(nodes) == 1, nodes
 
 
+@pytest.mark.every_slurm
 def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
     job_id, _ = submit_mnist(
         env, "jobs/mnist.yaml", 2, 1, "--strategy", "ddp", "--recipe", "fast", "--epochs", "50",
@@ -207,6 +209,7 @@ def test_cancel_a_running_job(cluster: None, env: dict[str, str]) -> None:
     assert "CANCELLED" in run_cli("status", job_id, env=env).stdout
 
 
+@pytest.mark.every_slurm
 def test_a_failing_job_reports_failed_and_the_rank_error(
     cluster: None, env: dict[str, str]
 ) -> None:
@@ -243,6 +246,7 @@ def test_submit_without_a_reachable_slurm_is_one_line(tmp_path: Path) -> None:
         (["--partition", "gpu"], "partition: 'gpu' does not exist"),
     ],
 )
+@pytest.mark.every_slurm
 def test_preflight_refuses_what_the_partition_cannot_run(
     cluster: None, env: dict[str, str], flags: list[str], names: str
 ) -> None:
@@ -261,6 +265,7 @@ def test_no_preflight_queues_it_anyway(cluster: None, env: dict[str, str]) -> No
         assert run_cli("cancel", job_id, env=env).returncode == 0
 
 
+@pytest.mark.every_slurm
 def test_doctor_describes_the_cluster(cluster: None, env: dict[str, str]) -> None:
     done = run_cli("doctor", env=env)
     assert "partition debug (default): UP, 4/4 nodes usable" in done.stdout, done.stdout

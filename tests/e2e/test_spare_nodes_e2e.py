@@ -41,6 +41,7 @@ def env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
     return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"), "CLUSTERTRAIN_DATA_DIR": str(data_dir)}
 
 
+@pytest.mark.every_slurm
 def test_a_lost_node_is_replaced_by_a_spare_without_a_requeue_and_the_run_is_unchanged(
     site_cluster: local.Layout, env: dict[str, str], uninterrupted_mnist: Path
 ) -> None:

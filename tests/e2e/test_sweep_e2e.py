@@ -22,6 +22,7 @@ def env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
     return {"CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"), "CLUSTERTRAIN_DATA_DIR": str(data_dir)}
 
 
+@pytest.mark.every_slurm
 def test_two_tasks_on_the_same_nodes_at_once_each_with_its_own_port_and_arguments(
     cluster: None,  # noqa: F811
     env: dict[str, str],
