@@ -1,6 +1,7 @@
 """How sbatch itself reads ``#SBATCH`` lines, which is not how bash reads them.
 
-Seen with Slurm 22.05's sbatch (held jobs, compared with ``scontrol show job``): a line holds
+Seen with Slurm 22.05's sbatch (held jobs, compared with ``scontrol show job``), and still so
+in 24.11's but for ``\\ `` (since 24.05 a backslash keeps a space in the word): a line holds
 several options (``--job-name=x\\ --outp=/tmp/evil`` set the job's output file), a backslash
 escapes even inside single quotes (``'a\\'b'`` is one word), an unquoted ``#`` starts a comment,
 and long options may be abbreviated (``--outp`` is ``--output``). Double quotes are read as
@@ -19,7 +20,7 @@ import re
 _BARE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 UNSAFE = re.compile(r'["\\\x00-\x1f\x7f]')
 
-# sbatch 22.05's long options (sbatch --help and sbatch(1)).
+# sbatch 22.05's long options (sbatch --help and sbatch(1)), and those 24.11 added.
 LONG_OPTIONS = frozenset(
     """
     account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment
@@ -35,6 +36,9 @@ LONG_OPTIONS = frozenset(
     thread-spec threads-per-core time time-min tmp uid usage use-min-nodes verbose version
     wait wckey wrap
     """.split()  # noqa: SIM905 - a word list reads better than a hundred quoted strings
+) | frozenset(
+    # sbatch 24.11's own (docs/slurm-versions.md): an older sbatch refuses them itself.
+    ("container-id", "oom-kill-step", "resv-ports", "tres-bind", "tres-per-task")
 )
 
 # Set by the renderer, or with a field of their own: a second copy would contradict the
@@ -44,7 +48,7 @@ OWNED = frozenset(
     nodes ntasks ntasks-per-node gpus-per-node gres gpus cpus-per-task time job-name output
     error input signal chdir open-mode requeue no-requeue wrap export export-file array
     partition account qos constraint exclusive mem mail-type mail-user dependency exclude
-    get-user-env parsable wait help usage version test-only
+    get-user-env parsable wait help usage version test-only tres-per-task
     """.split()  # noqa: SIM905 - a word list reads better than a hundred quoted strings
 )
 

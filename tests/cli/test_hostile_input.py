@@ -52,6 +52,7 @@ REFUSED: list[tuple[list[str], str]] = [
     (["--sbatch-option", "-N2"], "sbatch_options"),
     (["--sbatch-option", "--wrap=x\ny"], "sbatch_options"),
     (["--sbatch-option", "--x;id"], "sbatch_options"),
+    (["--sbatch-option", "--tres-per-task=cpu:4"], "sbatch_options"),  # 24.11: a field's
     (["--time", "99999999"], "time"),
     (["--time", "-1"], "time"),
     (["--time", "1:2:3:4"], "time"),

@@ -367,6 +367,7 @@ def controller_down(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
 def test_status_says_slurm_cannot_be_reached_instead_of_unknown(
     cluster: None,  # noqa: F811
     controller_down: dict[str, str],
@@ -417,6 +418,7 @@ def _held_job(tmp_path: Path, *flags: str) -> dict[str, str]:
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
 @pytest.mark.parametrize("name", SBATCH_LITERAL_NAMES)
 def test_sbatch_reads_the_job_name_exactly(
     cluster: None,  # noqa: F811
@@ -432,6 +434,7 @@ def test_sbatch_reads_the_job_name_exactly(
 
 
 @pytest.mark.slurm
+@pytest.mark.every_slurm
 @pytest.mark.parametrize("comment", SBATCH_LITERAL_COMMENTS)
 def test_sbatch_reads_a_passed_through_value_exactly(
     cluster: None,  # noqa: F811

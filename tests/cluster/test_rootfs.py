@@ -13,7 +13,7 @@ import pytest
 
 from clustertrain import cluster
 from clustertrain.cluster import config, rootfs
-from clustertrain.errors import FieldError
+from clustertrain.errors import FieldError, UserError
 from tests.conftest import run_cli
 
 
@@ -68,3 +68,31 @@ def test_the_clients_run_the_root_filesystems_binaries_for_anyone(tmp_path: Path
         checked = subprocess.run(["shellcheck", *map(str, bin_dir.iterdir())], check=False,
                                  capture_output=True, text=True)  # fmt: skip
         assert checked.returncode == 0, checked.stdout
+
+
+def test_a_cached_root_filesystem_without_the_expected_slurm_is_made_again_never_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache whose slurmctld is missing (or says another version) is rebuilt; when what is
+    made is still not Slurm 24.11, up stops in one line instead of running it."""
+    monkeypatch.setenv("CLUSTERTRAIN_ROOTFS_DIR", str(tmp_path))
+    stale = rootfs.root("24.11") / "usr" / "sbin"
+    stale.mkdir(parents=True)
+    (stale / "slurmd").write_text("not slurmctld\n")
+    built: list[Path] = []
+    monkeypatch.setattr(rootfs, "_build", lambda base, version: built.append(base))
+    with pytest.raises(UserError, match=r"^slurm: the root filesystem made in .* does not run"):
+        rootfs.ensure("24.11", [tmp_path / "state"])
+    assert built == [rootfs.root("24.11")]
+    assert not rootfs.holds(rootfs.root("24.11"), "24.11")
+
+
+def test_sbatch_24_11s_own_options_pass_through_and_those_clustertrain_sets_do_not() -> None:
+    from clustertrain.spec.sbatch import option_problem
+
+    for option in ("--oom-kill-step=1", "--tres-bind=gres/gpu:verbose", "--resv-ports=2"):
+        assert option_problem(option) is None, option
+    assert (
+        option_problem("--tres-per-task=cpu:4")
+        == "is set by clustertrain; use its own field instead"
+    )
