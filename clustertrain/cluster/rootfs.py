@@ -163,6 +163,9 @@ def _finish(base: Path, bound: list[Path]) -> None:
         (base / folder.relative_to("/")).mkdir(parents=True, exist_ok=True)
     for name in _ETC:
         (base / "etc" / name).touch(exist_ok=True)
+    # Where 24.11's srun --container mounts the step's spool folder (oci.conf's MountSpoolDir,
+    # /var/run/slurm by default): a container of the read-only host cannot make it itself.
+    (base / "run" / "slurm").mkdir(parents=True, exist_ok=True)
     inside = base / base.relative_to("/")
     if not inside.is_symlink():
         inside.parent.mkdir(parents=True, exist_ok=True)
@@ -186,8 +189,11 @@ def daemon_argv(base: Path, bound: list[Path], argv: list[str]) -> list[str]:
     binds = [("/proc", "proc"), ("/sys", "sys"), ("/dev", "dev")]
     binds += [(str(p), str(p.relative_to("/"))) for p in [*host_folders(), *bound]]
     binds += [(f"/etc/{name}", f"etc/{name}") for name in _ETC]
+    # The root filesystem a mount of its own first: inside the chroot, "/" is then a mount
+    # point, as runc (srun --container) needs to set its propagation.
     script = " && ".join(
-        f"mount --rbind {shlex.quote(src)} {shlex.quote(str(base / dst))}" for src, dst in binds
+        [f"mount --bind {shlex.quote(str(base))} {shlex.quote(str(base))}"]
+        + [f"mount --rbind {shlex.quote(src)} {shlex.quote(str(base / dst))}" for src, dst in binds]
     )
     return ["sh", "-c", f'{script} && exec chroot {shlex.quote(str(base))} "$@"', "sh", *argv]
 

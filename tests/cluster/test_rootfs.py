@@ -48,6 +48,8 @@ def test_a_daemon_of_24_11_runs_chrooted_with_the_hosts_folders_bound(tmp_path: 
     argv = rootfs.daemon_argv(base, [tmp_path / "state"], ["/usr/sbin/slurmd", "-D", "-N", "n1"])
     assert argv[:2] == ["sh", "-c"] and argv[3:] == ["sh", "/usr/sbin/slurmd", "-D", "-N", "n1"]
     script = argv[2]
+    # First its own mount, so that "/" inside is a mount point (runc sets its propagation).
+    assert script.startswith(f"mount --bind {base} {base} && ")
     for bound in ["/proc", "/sys", "/dev", "/tmp", str(tmp_path / "state"), "/etc/passwd",
                   "/etc/hosts"]:  # fmt: skip
         assert f"mount --rbind {bound} {base}{bound}" in script, bound

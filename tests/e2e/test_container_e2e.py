@@ -91,6 +91,7 @@ def _assert_in_the_container(checks: list[tuple[str, ...]]) -> None:
     assert not os.statvfs("/").f_flag & os.ST_RDONLY  # the host's root is writable
 
 
+@pytest.mark.every_slurm
 def test_an_oci_job_runs_in_runc_and_survives_a_preemption(
     cluster: None,  # noqa: F811
     tmp_path: Path,
