@@ -158,11 +158,7 @@ def submit(
     host = host or os.environ.get("CLUSTERTRAIN_HOST") or None
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if host is not None:
-        if fields.get("workdir") is not None:
-            raise FieldError(
-                "workdir", fields["workdir"], "with host the job runs at this directory's place "
-                "in the code snapshot; leave workdir out",
-            )  # fmt: skip
+        refuse_with_host(fields)
         from clustertrain.backends import hosts, snapshot  # lazy: start-up time
 
         if job_file is not None:
@@ -176,6 +172,16 @@ def submit(
     if dry_run:
         return job
     return schedule(job, "slurm", preflight, runs_dir)
+
+
+def refuse_with_host(fields: Mapping[str, Any]) -> None:
+    """What a job queued by a login node cannot take: a ``workdir`` (it runs at this
+    directory's place in the code snapshot there)."""
+    if fields.get("workdir") is not None:
+        raise FieldError(
+            "workdir", fields["workdir"], "with host the job runs at this directory's place "
+            "in the code snapshot; leave workdir out",
+        )  # fmt: skip
 
 
 def schedule(

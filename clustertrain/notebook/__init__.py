@@ -162,11 +162,7 @@ def _queue_far(
     host, allow_dirty, clustertrain = far
     runs_dir, preflight, out = here
     ssh.check_host(host)
-    if fields.get("workdir") is not None:
-        raise FieldError(
-            "workdir", fields["workdir"], "with host the job runs at this directory's place "
-            "in the code snapshot; leave workdir out",
-        )  # fmt: skip
+    api.refuse_with_host(fields)
     api.plan(runs_dir=runs_dir, module=RUNNER, args=[str(max_bytes)], node_record=False, **fields)
     words = as_flags({name: value for name, value in fields.items() if name != "skip_prepare"})
     words += ["--no-prepare"] * bool(fields.get("skip_prepare")) + [f"--max-bytes={max_bytes}"]

@@ -162,6 +162,8 @@ def test_a_login_node_outside_a_git_tree_or_with_a_local_run_is_refused(
         notebook_launcher(print, host="-oProxyCommand=x", runs_dir=str(runs_dir))
     with pytest.raises(FieldError, match=r"^nodes: invalid value 0"):
         notebook_launcher(print, host="login", nodes=0, runs_dir=str(runs_dir))
+    with pytest.raises(FieldError, match=r"^workdir: invalid value '/x'; with host the job runs"):
+        notebook_launcher(print, host="login", workdir="/x", runs_dir=str(runs_dir))
     assert not runs_dir.exists() and not list(said.iterdir())
 
 
