@@ -17,6 +17,7 @@ Why each setting: the comments beside it in ``config.py`` and ``templates/cluste
   lifecycle.py  up, down and status; Slurm is asked through clustertrain.backends.slurm
   faults.py     a node failed (killed, its link cut) or made slow (tbf, a CPU quota), healed
   rootfs.py     Slurm 24.11 beside this host's 22.05: Debian 13's, from a root filesystem
+  apt.py        the Debian packages it needs, installed without starting their daemons
 """
 
 from __future__ import annotations

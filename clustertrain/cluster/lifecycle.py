@@ -7,7 +7,6 @@ import secrets
 import shutil
 import socket
 import stat
-import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +15,7 @@ from clustertrain.backends import ssh
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 
-from . import daemons, faults, login, netns, rootfs
+from . import apt, daemons, faults, login, netns, rootfs
 from .config import (
     hosts_lines,
     hosts_with_block,
@@ -72,29 +71,11 @@ def _ensure_packages() -> None:
             "Slurm or munge is missing and this is not Debian/Ubuntu (no apt-get): "
             "install slurm-wlm and munge with your package manager, then run up again"
         )
-    # Package scripts would start the system's own daemons; policy-rc.d exit 101 forbids that.
-    policy = Path("/usr/sbin/policy-rc.d")
-    created = not policy.exists()
-    if created:
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     # runc: srun --container (oci.conf) runs a job's step in an OCI bundle with it.
     # dnsmasq-base: the namespace network's name server, without the package that would make
     # it the system's (its service and /etc/dnsmasq.conf).
-    # openssh-server: the login node's sshd (its service stays off: policy-rc.d).
-    packages = ["slurm-wlm", "munge", "runc", "dnsmasq-base", "openssh-server"]
-    install = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
-    try:
-        if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True)
-            done = subprocess.run(install, env=env, capture_output=True, text=True)
-            if done.returncode != 0:
-                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise UserError(f"apt-get install {' '.join(packages)} failed: {last}")
-    finally:
-        if created:
-            policy.unlink()
+    # openssh-server: the login node's sshd (its service stays off: apt.install's policy-rc.d).
+    apt.install(["slurm-wlm", "munge", "runc", "dnsmasq-base", "openssh-server"])
 
 
 def _check_machine(layout: Layout) -> None:

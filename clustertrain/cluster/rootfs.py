@@ -5,10 +5,10 @@ Every difference between the two that the local cluster needs is here, named by 
 
 - **The daemons run inside the root filesystem.** slurmctld, slurmd and the slurmstepd it
   starts re-execute their own binaries and need Debian 13's C library, so each starts in a
-  mount namespace of its own that binds the host's folders a job needs (``BOUND``: homes, /tmp,
-  the project, the cluster's state, /proc, /sys, /dev; the host's users and the node's hosts
-  file) into the root filesystem, then ``chroot``\\s there (:func:`daemon_argv`). Nothing is
-  mounted in the host's own namespace, so nothing is left to unmount.
+  mount namespace of its own that binds the host's folders a job needs (:func:`host_folders`:
+  homes, /tmp, the project; the cluster's state, /proc, /sys, /dev; the host's users and the
+  node's hosts file) into the root filesystem, then ``chroot``\\s there (:func:`daemon_argv`).
+  Nothing is mounted in the host's own namespace, so nothing is left to unmount.
 - **The clients are 24.11's too**: 24.11 refuses a 22.05 client. ``<state dir>/bin`` holds
   ``sbatch``, ``squeue``... that run the root filesystem's binaries through its own dynamic
   loader (:func:`write_clients`), for any user, root or not; ``PluginDir`` in slurm.conf names
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from clustertrain.errors import UserError
 
+from . import apt
 from .layout import SLURM_DEFAULT
 
 # version: (Debian suite, the packages the root filesystem holds). libffi8: the host's Python
@@ -143,14 +144,9 @@ def _build(base: Path, version: str) -> None:
 
 def _mmdebstrap() -> str:
     found = shutil.which("mmdebstrap")
-    if found:
-        return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "mmdebstrap"]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True)
-        subprocess.run(install, env=env, capture_output=True)
-    found = shutil.which("mmdebstrap")
+    if not found:
+        apt.install(["mmdebstrap"])
+        found = shutil.which("mmdebstrap")
     if not found:
         raise UserError("slurm: mmdebstrap is missing and apt-get could not install it")
     return found
