@@ -166,7 +166,7 @@ def submit(
 
         switches = ["--dry-run"] * dry_run + ["--no-preflight"] * (not preflight)
         return submit_remote(
-            host, _submit_words(job_file, extra_args, fields, switches), runs_dir, allow_dirty,
+            host, submit_words(job_file, extra_args, fields, switches), runs_dir, allow_dirty,
             hosts.clustertrain_for(host, remote_clustertrain),
         )  # fmt: skip
     if dry_run:
@@ -201,11 +201,12 @@ def schedule(
     return Job.start(job, backends.named(backend), preflight, private)
 
 
-def _submit_words(
+def submit_words(
     job_file: str | None, extra_args: Sequence[str], fields: dict[str, Any], switches: list[str]
 ) -> list[str]:
     """``submit``'s command line for what ``fields`` ask (clustertrain.spec.flags), with
-    ``switches`` of its own; what follows ``--`` is the training script's."""
+    ``switches`` of its own (a login node's clustertrain reads it: ``submit --host``, a
+    notebook's call); what follows ``--`` is the training script's."""
     given = {name: value for name, value in fields.items() if name not in ("args", "skip_prepare")}
     # The job file's place in the snapshot is its place here, relative to this directory.
     words = [os.path.relpath(job_file)] if job_file else []

@@ -38,7 +38,7 @@ from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, printable, read_regular
 from clustertrain.jobstate import JOB_ID, JobState
 from clustertrain.render import RenderedJob
-from clustertrain.runs import Run, private_mode, read_run
+from clustertrain.runs import Run, make_run_folder, read_run
 from clustertrain.spec import sweep
 from clustertrain.version import __version__
 
@@ -161,10 +161,7 @@ def _record(remote: Remote, runs_root: Path) -> Run:
     if record.returncode != 0 or not name or name.startswith("."):
         raise UserError(f"host: {remote.host}: no job record in {remote.run_dir}")
     path = runs_root / name
-    if not runs_root.exists():  # a runs root of its own: the user's alone, as write_run_files
-        runs_root.mkdir(parents=True, mode=0o700)
-    path.mkdir(mode=0o700)  # it will hold what comes back (a notebook's value): private
-    path.chmod(private_mode(runs_root))
+    make_run_folder(path)  # it will hold what comes back (a notebook's value): private
     (path / protocol.RECORD_FILE).write_bytes(record.stdout)
     try:
         run = read_run(path)

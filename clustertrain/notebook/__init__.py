@@ -157,16 +157,14 @@ def _queue_far(
     the job as this side records it. What the host says goes to the cell, less the lines
     that :func:`_watch` says in its own words."""
     from clustertrain.backends import hosts, remote, ssh  # lazy: start-up time
-    from clustertrain.spec.flags import as_flags
 
     host, allow_dirty, clustertrain = far
     runs_dir, preflight, out = here
     ssh.check_host(host)
     api.refuse_with_host(fields)
     api.plan(runs_dir=runs_dir, module=RUNNER, args=[str(max_bytes)], node_record=False, **fields)
-    words = as_flags({name: value for name, value in fields.items() if name != "skip_prepare"})
-    words += ["--no-prepare"] * bool(fields.get("skip_prepare")) + [f"--max-bytes={max_bytes}"]
-    words += ["--no-preflight"] * (not preflight)
+    switches = [f"--max-bytes={max_bytes}"] + ["--no-preflight"] * (not preflight)
+    words = api.submit_words(None, (), fields, switches)
     run, _ = remote.submit(
         host, words, Path.cwd(), runs.runs_root(runs_dir), allow_dirty,
         hosts.clustertrain_for(host, clustertrain), command=FAR_COMMAND, stdin=call,

@@ -151,6 +151,15 @@ def private_mode(root: Path) -> int:
     return 0o2750 if root.stat().st_mode & stat.S_ISGID else 0o700
 
 
+def make_run_folder(path: Path) -> None:
+    """Create the run folder ``path`` with :func:`private_mode`, and its runs root, the user's
+    alone, if there is none yet; an :class:`OSError` if it exists."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    path.mkdir(mode=0o700)
+    path.chmod(private_mode(path.parent))
+
+
 def write_run_files(
     job: RenderedJob,
     prepare_log: BinaryIO | None = None,
@@ -165,10 +174,7 @@ def write_run_files(
 
     path = Path(job.run_dir)
     try:
-        if not path.parent.exists():  # a runs root of its own: the user's alone
-            path.parent.mkdir(parents=True, mode=0o700)
-        path.mkdir(mode=0o700)
-        path.chmod(private_mode(path.parent))
+        make_run_folder(path)
     except OSError as exc:
         raise UserError(
             f"run folder: cannot create {path}: {exc.strerror}; choose another --runs-dir"
