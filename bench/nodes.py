@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clustertrain import cluster
+from clustertrain import localcluster as cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (2, 4, 8, 16)

@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from clustertrain.backends import ssh
+from clustertrain.backends.remote import ssh
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-P", "-m", "clustertrain"]

@@ -14,6 +14,7 @@ Needs `clustertrain cluster up` first.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -39,7 +40,9 @@ def run_world(nodes: int, procs: int, runs_dir: Path) -> dict[str, Any]:
     )
     assert isinstance(job, clustertrain.Job)
     state = job.wait(timeout=1800)
-    records = job.metrics()
+    # The example's own closing record (its metrics.jsonl), which holds its phases.
+    out = job.run_dir / "out" / "metrics.jsonl"
+    records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     done = records[-1] if records else {}
     if state != "COMPLETED" or done.get("event") != "done":
         raise SystemExit(f"job {job.job_id} ({nodes}x{procs}) ended {state}: {job.run_dir}")

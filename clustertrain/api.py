@@ -18,82 +18,49 @@ flags are; a bad value raises :class:`clustertrain.errors.FieldError`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustertrain import backends, runs
 from clustertrain.errors import FieldError, UserError
-from clustertrain.render import RenderedJob, render
-from clustertrain.spec import build_spec, jobfile
+from clustertrain.pipeline.plan import default_job_file, plan
+from clustertrain.render import RenderedJob
 from clustertrain.spec.flags import as_flags
 
 # Lazy below, for start-up time: a dry run needs neither the backends nor the log reader, and
 # submitit alone costs 0.1 s.
 if TYPE_CHECKING:
     from clustertrain.backends.base import Backend
+    from clustertrain.backends.remote import RemoteBackend
     from clustertrain.backends.slurm import Slurm
-    from clustertrain.jobstate import JobState
+    from clustertrain.jobstate import Accounting, JobState
+    from clustertrain.runs.report import Report
 
-
-def plan(
-    job_file: str | None = None,
-    *,
-    extra_args: Sequence[str] = (),
-    runs_dir: str | None = None,
-    workdir: str | None = None,
-    skip_prepare: bool = False,
-    node_record: bool = True,
-    **fields: Any,
-) -> RenderedJob:
-    """The job as it would be submitted (the dry run): validated, rendered, nothing written.
-
-    ``skip_prepare`` drops the job's prepare commands (``--no-prepare``). With ``node_record``
-    (a Slurm job's), the nodes your node record holds are excluded unless the job says
-    ``avoid_bad_nodes: false`` (:mod:`clustertrain.backends.noderecord`)."""
-    if skip_prepare:
-        if fields.get("prepare"):
-            raise FieldError("prepare", fields["prepare"], "give it or skip it, not both")
-        fields["prepare"] = []
-    # The virtual environment this runs in, unless the job file or a field names one.
-    defaults = {"venv": sys.prefix} if sys.prefix != sys.base_prefix else {}
-    if job_file is None and fields.get("script") is None and fields.get("module") is None:
-        job_file = default_job_file()
-    spec = build_spec(
-        jobfile.load(job_file) if job_file else None,
-        extra_args=extra_args,
-        defaults=defaults,
-        **fields,
-    )
-    root = runs.runs_root(runs_dir)
-    excluded: list[Any] = []
-    if node_record and spec.avoid_bad_nodes:
-        from clustertrain.backends import noderecord  # lazy: start-up time
-
-        record = noderecord.read(_record_path(), root)
-        excluded = [e for e in record.entries if e.node not in spec.exclude]
-        if excluded:
-            spec = dataclasses.replace(spec, exclude=(*spec.exclude, *(e.node for e in excluded)))
-    job = render(spec, str(runs.new_run_dir(root, spec.name)), workdir or os.getcwd())
-    return dataclasses.replace(job, excluded=tuple(e.line() for e in excluded))
-
-
-def _record_path() -> Path:
-    from clustertrain.backends import noderecord  # lazy: start-up time
-
-    return noderecord.path_for(noderecord.cluster_name())
+__all__ = [
+    "Job",
+    "backend_for",
+    "default_job_file",
+    "forget_bad_nodes",
+    "login_node",
+    "plan",
+    "remember_bad_nodes",
+    "run_local",
+    "schedule",
+    "slurm",
+    "submit",
+    "submit_words",
+]
 
 
 def remember_bad_nodes(runs_dir: str | None = None) -> list[str]:
     """Your node record with what your newest run folders under the runs root say added, saved;
     its entries, a line each (``clustertrain nodes``)."""
-    from clustertrain.backends import noderecord  # lazy: start-up time
+    from clustertrain.settings import noderecord  # lazy: start-up time
 
-    path = _record_path()
+    path = noderecord.mine()
     record = noderecord.read(path, runs.runs_root(runs_dir))
     noderecord.save(path, record)
     return [entry.line() for entry in record.entries]
@@ -104,9 +71,9 @@ def forget_bad_nodes(
 ) -> list[str]:
     """Clear ``nodes`` (``every``: all, even from a record that is not one) from your node
     record; what happened to them before now is not taken again. The nodes that were in it."""
-    from clustertrain.backends import noderecord  # lazy: start-up time
+    from clustertrain.settings import noderecord  # lazy: start-up time
 
-    path = _record_path()
+    path = noderecord.mine()
     harvested = noderecord.harvest(runs.runs_root(runs_dir))
     if every:
         names = sorted({entry.node for entry in harvested})
@@ -120,15 +87,6 @@ def forget_bad_nodes(
     there = [e.node for e in record.entries if e.node in names]
     noderecord.save(path, noderecord.clear(record, names))
     return there
-
-
-def default_job_file() -> str:
-    """The job of a submission that names no job file, script or module: the MNIST example's
-    job file, installed with clustertrain (the top-level ``jobs/`` is in the wheel), so that
-    ``clustertrain submit --nodes 2`` runs the same job from a clone and from an install."""
-    from importlib.resources import files  # lazy: start-up time, only without a job file
-
-    return str(files("jobs") / "mnist.yaml")
 
 
 def submit(
@@ -147,7 +105,7 @@ def submit(
 
     With ``dry_run=True`` nothing is checked against Slurm, run or written: the rendered job
     comes back instead (``.batch_script``, ``.launch_script``, ``.dry_run_text()``). Otherwise
-    the job's prepare commands run here first (see :mod:`clustertrain.backends.prepare`;
+    the job's prepare commands run here first (see :mod:`clustertrain.pipeline.prepare`;
     ``skip_prepare=True`` skips them).
 
     With ``host`` (or ``$CLUSTERTRAIN_HOST``), a login node over ssh does all of that, in a
@@ -159,19 +117,45 @@ def submit(
     job = plan(job_file, extra_args=extra_args, runs_dir=runs_dir, **fields)
     if host is not None:
         refuse_with_host(fields)
-        from clustertrain.backends import hosts, snapshot  # lazy: start-up time
-
-        if job_file is not None:
-            snapshot.check_inside(Path(job_file), Path.cwd())
-
         switches = ["--dry-run"] * dry_run + ["--no-preflight"] * (not preflight)
-        return submit_remote(
-            host, submit_words(job_file, extra_args, fields, switches), runs_dir, allow_dirty,
-            hosts.clustertrain_for(host, remote_clustertrain),
-        )  # fmt: skip
+        words = submit_words(job_file, extra_args, fields, switches)
+        far = login_backend(host, words, runs_dir, allow_dirty, remote_clustertrain, job_file)
+        if dry_run:
+            far.check(job)
+            far.dry_run()
+            return None
+        return Job.start(job, far, preflight)
     if dry_run:
         return job
     return schedule(job, "slurm", preflight, runs_dir)
+
+
+def login_backend(
+    host: str,
+    words: Sequence[str],
+    runs_dir: str | None = None,
+    allow_dirty: bool = False,
+    remote_clustertrain: str | None = None,
+    job_file: str | None = None,
+    echo: Callable[[str], None] = print,
+    **request: Any,
+) -> RemoteBackend:
+    """The remote backend that has ``host``'s clustertrain queue ``clustertrain submit WORDS``
+    (or the ``command`` of ``request``), in a snapshot of the git tree that holds this
+    directory, the run recorded under this side's runs root, what the login node says
+    ``echo``ed (see
+    :mod:`clustertrain.backends.remote`). Which clustertrain runs there is your hosts file's
+    choice (:func:`clustertrain.settings.hosts.clustertrain_for`), checked before any ssh."""
+    from clustertrain.backends import remote  # lazy: start-up time
+    from clustertrain.backends.remote import ssh  # lazy: start-up time
+    from clustertrain.settings import hosts  # lazy: start-up time
+
+    ssh.check_host(host)
+    asked = remote.Request(
+        host, tuple(words), hosts.clustertrain_for(host, remote_clustertrain),
+        allow_dirty=allow_dirty, job_file=job_file, **request,
+    )  # fmt: skip
+    return remote.RemoteBackend(request=asked, runs_root=runs.runs_root(runs_dir), echo=echo)
 
 
 def refuse_with_host(fields: Mapping[str, Any]) -> None:
@@ -194,8 +178,8 @@ def schedule(
     """Queue the planned ``job`` with ``backend`` (a name of ``clustertrain.backends.BACKENDS``:
     ``slurm``, or ``local`` to start it here), its ``private`` files (name: content, 0600) in its
     run folder. Slurm's first takes what your newest run folders say into your node record."""
-    if backend not in backends.BACKENDS:
-        raise FieldError("backend", backend, f"one of {', '.join(backends.BACKENDS)}")
+    if backend not in backends.BY_NAME:
+        raise FieldError("backend", backend, f"one of {', '.join(backends.BY_NAME)}")
     if backend == "slurm" and job.spec.avoid_bad_nodes:
         remember_bad_nodes(runs_dir)
     return Job.start(job, backends.named(backend), preflight, private)
@@ -214,24 +198,6 @@ def submit_words(
     if fields.get("args") is not None:
         return [*words, "--replace-args", "--", *fields["args"], *extra_args]
     return [*words, "--", *extra_args] if extra_args else words
-
-
-def submit_remote(
-    host: str,
-    words: Sequence[str],
-    runs_dir: str | None = None,
-    allow_dirty: bool = False,
-    clustertrain: str = "clustertrain",
-) -> Job | None:
-    """``clustertrain submit WORDS`` on ``host``, in a snapshot of the git tree that holds this
-    directory; the job as this side records it (None for a dry run)."""
-    from clustertrain.backends import remote, ssh  # lazy: start-up time
-
-    ssh.check_host(host)
-    run, _ = remote.submit(
-        host, words, Path.cwd(), runs.runs_root(runs_dir), allow_dirty, clustertrain
-    )
-    return None if run is None else Job(run)
 
 
 def run_local(
@@ -259,21 +225,13 @@ def slurm() -> Slurm:
 
 
 def backend_for(run: runs.Run) -> Backend:
-    """The backend that answers for ``run``: the login node's for a run submitted with a host
-    (its remote.json), else the one its job.json records."""
-    from clustertrain.backends import remote  # lazy: start-up time
-
-    if far := remote.of(run):
-        return remote.RemoteBackend(far)
-    return backends.named(run.backend)
+    """The backend that answers for ``run`` (:func:`clustertrain.backends.for_run`)."""
+    return backends.for_run(run)
 
 
 def login_node(run: runs.Run) -> str | None:
     """The login node that answers for ``run`` (submitted with a host), else None."""
-    from clustertrain.backends import remote  # lazy: start-up time
-
-    far = remote.of(run)
-    return None if far is None else far.host
+    return backends.for_run(run).host()
 
 
 class Job:
@@ -291,10 +249,10 @@ class Job:
         preflight: bool = True,
         private: Mapping[str, bytes] | None = None,
     ) -> Job:
-        """Hand a rendered job to ``backend`` (see :mod:`clustertrain.backends.submission`)."""
-        from clustertrain.backends.submission import submit_job  # lazy: start-up time
+        """Hand a rendered job to ``backend`` (see :mod:`clustertrain.pipeline.schedule`)."""
+        from clustertrain.pipeline.schedule import schedule as queue  # lazy: start-up time
 
-        return cls(submit_job(job, backend, check=preflight, private=private), backend)
+        return cls(queue(job, backend, check=preflight, private=private), backend)
 
     @classmethod
     def attach(cls, ref: str, runs_dir: str | None = None) -> Job:
@@ -352,9 +310,22 @@ class Job:
         return self.backend.relay(self.run, command, args, follow)
 
     def metrics(self) -> list[dict[str, Any]]:
-        """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``)."""
+        """What the job's ``runtime.log_metrics`` calls recorded, in order (each call's values,
+        its ``step``, ``time`` and ``attempt``), from its events: any script's."""
         self.backend.sync(self.run)
         return self.run.metrics()
+
+    def status(self, warn: Callable[[str], None] | None = None) -> Report:
+        """What became of the job: its state, progress, headline metric and, for a job that did
+        not complete, why (see :mod:`clustertrain.runs.report`); ``warn`` hears of what in
+        its run folder could not be read."""
+        from clustertrain.runs.report import report  # lazy: start-up time
+
+        return report(self.run, self.job_state(), warn or (lambda _: None))
+
+    def accounting(self) -> Accounting | None:
+        """What the backend's accounting recorded of the job (Slurm: sacct), or None."""
+        return self.backend.accounting(self.run)
 
     def __repr__(self) -> str:
         return f"Job({self.job_id!r}, run_dir={str(self.run_dir)!r})"

@@ -18,7 +18,8 @@ JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?")
 LOCAL_ID = re.compile(r"local-[0-9]{1,10}")
 # Each backend's ids, by the name a run folder records (job.json's "backend"): a run's id is
 # checked against its own backend's, never used to tell which backend owns it.
-JOB_IDS = {"slurm": JOB_ID, "local": LOCAL_ID}
+# A login node's ("ssh") are its Slurm's.
+JOB_IDS = {"slurm": JOB_ID, "local": LOCAL_ID, "ssh": JOB_ID}
 # A state as squeue and sacct print it (CANCELLED+, OUT_OF_MEMORY), never more.
 STATE = re.compile(r"[A-Z_]{1,32}\+?")
 _TEXT_MAX = 1024
@@ -105,3 +106,28 @@ def _task(task: Any) -> bool:
         and isinstance(task[1], str)
         and STATE.fullmatch(task[1]) is not None
     )
+
+
+@dataclass(frozen=True)
+class StepUsage:
+    """One step of a job as accounting recorded it (sacct's row for ``N.batch``, ``N.0``...)."""
+
+    step: str
+    state: str
+    exit_code: str = ""
+    elapsed_s: int = 0
+    max_rss_kb: int | None = None  # the largest task's resident memory, where measured
+    total_cpu_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """What a backend's accounting knows of a job once the scheduler is done with it: its state,
+    exit code and elapsed time, and each step's use (Slurm: sacct). The backends without such
+    a record answer None (:meth:`clustertrain.backends.base.Backend.accounting`)."""
+
+    job_id: str
+    state: str
+    exit_code: str = ""
+    elapsed_s: int = 0
+    steps: tuple[StepUsage, ...] = ()

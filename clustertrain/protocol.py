@@ -35,12 +35,14 @@ RECORD_FILE = "job.json"
 PLAN_FILE = "plan.json"  # what the supervisor runs and decides (clustertrain.node.plan)
 # A run submitted with --host: where it is (clustertrain.backends.remote), beside its job.json.
 REMOTE_FILE = "remote.json"
-PREPARE_LOG = "prepare.log"  # the prepare step's output (clustertrain.backends.prepare)
+PREPARE_LOG = "prepare.log"  # the prepare step's output (clustertrain.pipeline.prepare)
 LOGS_DIR = "logs"  # slurm-<id>.{out,err} of the batch shell, ATTEMPT_DIR/<node>.{out,err}
 ATTEMPT_DIR = "attempt-"  # + the attempt's number (SLURM_RESTART_COUNT), under LOGS_DIR
 OUT_DIR = "out"  # what the ranks write: ENV_OUT_DIR points here
 METRICS_FILE = "metrics.jsonl"  # under OUT_DIR: one record per epoch, then "done"
 CHECKPOINTS_DIR = "checkpoints"  # under OUT_DIR
+SWEEP_TABLE = "sweep.json"  # a sweep's tasks: number to parameters (clustertrain.runs.sweeps)
+TASKS_DIR = "tasks"  # a sweep's task K has the folder TASKS_DIR/K, laid out as a run folder
 
 # A notebook's call (clustertrain.notebook, run on every rank by clustertrain.rank.notebook), in
 # the run folder itself (its mode is set, never a umask's): the pickled function and arguments,

@@ -3,7 +3,7 @@
 slurm/    the batch script handed to sbatch and the launch script each node runs
           (clustertrain.render.scripts)
 cluster/  the local test cluster's configuration: slurm.conf, gres.conf, oci.conf, dnsmasq.conf
-          (clustertrain.cluster.config)
+          (clustertrain.localcluster.slurm_conf)
 
 Templates hold layout only: every value arrives validated, each one that lands in a shell
 script goes through the ``shquote`` filter, and ``StrictUndefined`` makes a missing value an

@@ -1,8 +1,9 @@
 """The one interface every backend offers, like submitit's executors and TorchX's schedulers.
 
-A job is rendered once (clustertrain.render), its run folder written (clustertrain.runs), and
-then a backend takes over: it refuses what it could never run, queues or starts the job, and
-answers for its state. ``clustertrain.api.Job`` and the CLI call only this.
+A job is rendered once (clustertrain.render); the pipeline (clustertrain.pipeline.schedule) asks
+the backend to refuse what it could never run, writes the run folder and hands the job over;
+then the backend answers for its state, its lines, its accounting and its nodes.
+``clustertrain.api.Job`` and the CLI call only this.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from clustertrain.jobstate import JobState
+from clustertrain import runs
+from clustertrain.errors import UserError
+from clustertrain.jobstate import Accounting, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
@@ -27,6 +30,14 @@ class Backend(ABC):
     name: ClassVar[str]
     job_ids: ClassVar[re.Pattern[str]]
     accepted: ClassVar[str]  # what a submitted job is then: "queued", "started"
+    # Whether this side prepares the job and writes its run folder before ``submit``; a
+    # backend whose jobs another clustertrain queues (a login node's) says False.
+    queues_here: ClassVar[bool] = True
+
+    @classmethod
+    def for_run(cls, run: Run) -> Backend:
+        """The backend that answers for ``run``, a run of this kind."""
+        return cls()
 
     @staticmethod
     @abstractmethod
@@ -41,6 +52,10 @@ class Backend(ABC):
     @abstractmethod
     def submit(self, job: RenderedJob) -> str:
         """Queue or start ``job``, whose run folder is written; return its id."""
+
+    def record(self, job: RenderedJob, job_id: str) -> Run:
+        """The run of ``job``, accepted as ``job_id``, recorded in its run folder."""
+        return runs.record_submission(job, job_id, self.name)
 
     @abstractmethod
     def state(self, run: Run) -> JobState:
@@ -57,6 +72,17 @@ class Backend(ABC):
         if follow:
             return logs.follow_lines(run, filters, lambda: self.state(run))
         return logs.read_all(run, filters)
+
+    def accounting(self, run: Run) -> Accounting | None:
+        """What this backend's accounting recorded of the job (state, exit code, elapsed time,
+        each step's memory and CPU time); None where it keeps no such record."""
+        return None
+
+    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
+        """The command line that runs ``argv`` inside the running job's allocation, once on each
+        of its nodes (or on ``node`` alone): what a shell in the job, every rank's stack and a
+        live view of its nodes are made of. Raises :class:`UserError` where it cannot."""
+        raise UserError(f"JOB: {run.job_id}: the {self.name} backend runs no command on its nodes")
 
     def sync(self, run: Run) -> None:  # noqa: B027 - a hook: most backends write here already
         """Bring what the run folder's events and metrics say up to date here."""

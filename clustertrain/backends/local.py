@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
-from clustertrain.backends import entrypoint
 from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, read_regular
@@ -213,8 +212,6 @@ class LocalBackend(Backend):
                 f"container_image: a local run uses this machine's Python, not "
                 f"{job.spec.container_image}; submit the job to Slurm to run it in the container"
             )
-        if preflight:
-            entrypoint.check(job.spec, job.workdir)
 
     def submit(self, job: RenderedJob) -> str:
         argv = [sys.executable, "-m", SUPERVISOR, job.run_dir]

@@ -1,6 +1,6 @@
 """``clustertrain cluster ...``: the local Slurm cluster (up, down, fail, degrade, heal, status).
 
-Each command parses, calls :mod:`clustertrain.cluster`, prints.
+Each command parses, calls :mod:`clustertrain.localcluster`, prints.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def up(
 ) -> None:
     """Install Slurm if needed and start a controller and one slurmd per node."""
 
-    from clustertrain import cluster as local
+    from clustertrain import localcluster as local
 
     cpus = cpus_per_node or len(os.sched_getaffinity(0))
     layout = local.Layout(
@@ -77,7 +77,7 @@ def up(
 @cluster.command(epilog="\b\nExample:\n  clustertrain cluster down")
 def down() -> None:
     """Stop what `cluster up` started and remove what it added to system files."""
-    from clustertrain import cluster as local
+    from clustertrain import localcluster as local
 
     local.down(local.default_state_dir())
 
@@ -91,7 +91,7 @@ def down() -> None:
 def fail(node: str, cut_link: bool) -> None:
     """Make NODE disappear mid-job (its slurmd and every process on it killed), to see what a
     job does then; `cluster up` restarts the cluster afresh."""
-    from clustertrain import cluster as local
+    from clustertrain import localcluster as local
 
     click.echo(local.fail_node(local.default_state_dir(), node, cut_link))
 
@@ -106,7 +106,7 @@ def fail(node: str, cut_link: bool) -> None:
 def degrade(node: str, link_rate: str | None, cpu: str | None) -> None:
     """Make NODE slow for real: a tbf queue on its link, a CPU quota on its processes (and
     those they start); `cluster heal NODE` or `cluster down` undoes it."""
-    from clustertrain import cluster as local
+    from clustertrain import localcluster as local
 
     click.echo(local.degrade(local.default_state_dir(), node, link_rate, cpu))
 
@@ -115,7 +115,7 @@ def degrade(node: str, link_rate: str | None, cpu: str | None) -> None:
 @click.argument("node")
 def heal(node: str) -> None:
     """Undo `cluster degrade NODE`."""
-    from clustertrain import cluster as local
+    from clustertrain import localcluster as local
 
     click.echo(local.heal(local.default_state_dir(), node))
 
@@ -123,6 +123,6 @@ def heal(node: str) -> None:
 @cluster.command(name="status", epilog="\b\nExample:\n  clustertrain cluster status")
 def cluster_status() -> None:
     """Say what of the local cluster is running."""
-    from clustertrain import cluster as local
+    from clustertrain import localcluster as local
 
     click.echo(local.status(local.default_state_dir()))

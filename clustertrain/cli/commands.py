@@ -220,7 +220,7 @@ def _sweep_counts(run: Any) -> str:
     if not count:
         return ""
     try:
-        counts = api.slurm().state(run.job_id).counts()
+        counts = api.Job(run).job_state().counts()
     except SlurmUnreachable:
         counts = "state unknown"
     return f"  sweep of {count} tasks: {counts or 'state unknown'}"
@@ -300,13 +300,14 @@ def doctor(runs_dir: str | None, host: str | None, remote_clustertrain: str | No
     """What the cluster offers, and whether this host has what jobs need (exit 1 if not); with
     --host, what that login node says, after ssh and its clustertrain's version."""
     from clustertrain import api, runs
-    from clustertrain.backends import doctor as checks
+    from clustertrain.backends.slurm import doctor as checks
 
     if host:
-        from clustertrain.backends import hosts, remote
+        from clustertrain.backends.remote.doctor import doctor as far_doctor
+        from clustertrain.settings import hosts
 
         clustertrain = hosts.clustertrain_for(host, remote_clustertrain)
-        raise SystemExit(remote.doctor(host, clustertrain, click.echo))
+        raise SystemExit(far_doctor(host, clustertrain, click.echo))
 
     lines, problems = checks.report(api.slurm(), runs.runs_root(runs_dir))
     for line in lines:

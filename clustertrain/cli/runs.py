@@ -33,13 +33,15 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
 
     attached = Job.attach(job, runs_dir)
     relayed(attached, "status", *(["--json"] if as_json else []))
-    run, state = attached.run, attached.job_state()
+    run = attached.run
     if as_json:
-        click.echo(json.dumps(state.as_dict()))
+        click.echo(json.dumps(attached.job_state().as_dict()))
         return
     if runs.tasks(run):
-        _sweep_status(attached, state)
+        _sweep_status(attached, attached.job_state())
         return
+    report = attached.status(_warn)  # what became of it, and why (clustertrain.runs.report)
+    state = report.state
     click.echo(f"job {run.job_id} ({printable(run.name)}): {state.state}")
     click.echo(
         f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
@@ -48,29 +50,7 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
     if state.reason:
         click.echo(f"  reason: {state.reason}")
     click.echo(f"  run folder: {run.path}")
-    from clustertrain.runs import timeline
-
-    found = run.events(_warn)
-    attempts = timeline.attempts(found)
-    moving = timeline.progress(attempts, run.metric) if not state.finished else None
-    if moving is not None:
-        click.echo(f"  {moving.line()}")
-    for line in [*timeline.qualification(found), *timeline.stragglers(found)]:
-        click.echo(f"  {printable(line)}")
-    for restart in timeline.restarts(attempts):
-        click.echo(f"  {restart.line()}")
-    final = timeline.headline(found, run.metric) if state.finished else None
-    if final is not None:
-        click.echo(f"  final {final.text()}")
-    if state.finished and state.state != "COMPLETED":
-        from clustertrain.runs.logs import first_failure, hang
-
-        if said := hang(run):
-            click.echo(f"  {said}")
-        failure = first_failure(run)
-        for line in failure.lines() if failure else []:
-            click.echo(f"  {line}")
-    for line in _lost_nodes(attached, state):
+    for line in report.lines():
         click.echo(f"  {line}")
 
 
@@ -88,17 +68,6 @@ def _sweep_status(job: Job, state: JobState) -> None:
     click.echo(
         f"  one task: clustertrain status {run.job_id}_K; all: clustertrain results {run.job_id}"
     )
-
-
-def _lost_nodes(job: Job, state: JobState) -> list[str]:
-    """The nodes the job lost, as srun reported Slurm's verdict in the batch log."""
-    from clustertrain.runs.logs import lost_nodes
-
-    found = lost_nodes(job.run)
-    if not found:
-        return []
-    when = "the job ended NODE_FAIL" if state.state == "NODE_FAIL" else "in an earlier attempt"
-    return [f"lost node(s): {' '.join(found)} (Slurm declared them down; {when})"]
 
 
 @click.command(

@@ -31,12 +31,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from clustertrain import api, protocol, runs
+from clustertrain import api, protocol
 from clustertrain.errors import FieldError
 from clustertrain.files import RunFolderError, parse_json, printable, read_own, read_regular
 from clustertrain.jobstate import TERMINAL_STATES, JobState
 from clustertrain.rank import notebook as rank_side
 from clustertrain.runs import logs
+from clustertrain.runs.report import report
 from clustertrain.spec.fields import name_from
 
 from .pack import pack
@@ -156,22 +157,22 @@ def _queue_far(
     clustertrain; ``here``: the runs dir, preflight, the cell), the fields checked here first;
     the job as this side records it. What the host says goes to the cell, less the lines
     that :func:`_watch` says in its own words."""
-    from clustertrain.backends import hosts, remote, ssh  # lazy: start-up time
+    from clustertrain.backends.remote import ssh  # lazy: start-up time
 
     host, allow_dirty, clustertrain = far
     runs_dir, preflight, out = here
     ssh.check_host(host)
     api.refuse_with_host(fields)
-    api.plan(runs_dir=runs_dir, module=RUNNER, args=[str(max_bytes)], node_record=False, **fields)
+    planned = api.plan(
+        runs_dir=runs_dir, module=RUNNER, args=[str(max_bytes)], node_record=False, **fields
+    )  # fmt: skip
     switches = [f"--max-bytes={max_bytes}"] + ["--no-preflight"] * (not preflight)
-    words = api.submit_words(None, (), fields, switches)
-    run, _ = remote.submit(
-        host, words, Path.cwd(), runs.runs_root(runs_dir), allow_dirty,
-        hosts.clustertrain_for(host, clustertrain), command=FAR_COMMAND, stdin=call,
+    backend = api.login_backend(
+        host, api.submit_words(None, (), fields, switches), runs_dir, allow_dirty, clustertrain,
+        command=FAR_COMMAND, stdin=call,
         echo=lambda line: None if line.startswith(_SAID_BY_WATCH) else print(line, file=out),
     )  # fmt: skip
-    assert run is not None  # not a dry run
-    return api.Job(run)
+    return api.Job.start(planned, backend, preflight)
 
 
 def _refuse_own(fields: dict[str, Any]) -> None:
@@ -285,8 +286,8 @@ def _failure(job: api.Job, state: JobState) -> JobFailed:
     if state.state.startswith("CANCELLED"):  # the ranks' errors are the stop's, not theirs
         return JobFailed(f"{ended}{reason}; its lines: clustertrain logs {job.job_id}", job)
     first = first_error(job.run_dir, job.run.world_size)
-    if first is None and (report := logs.first_failure(job.run)) is not None:
-        first = (report.rank, report.node, report.error or f"exit code {report.exit_code}")
+    if first is None and (failed := report(job.run, state, lambda _: None).failure) is not None:
+        first = (failed.rank, failed.node, failed.error or f"exit code {failed.exit_code}")
     if first is None:
         return JobFailed(f"{ended}{reason}; its lines: clustertrain logs {job.job_id}", job)
     rank, node, error = first

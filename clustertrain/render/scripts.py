@@ -75,14 +75,15 @@ class RenderedJob:
             )
         table = sweep.tasks(self.spec.sweep)
         if table:
-            text += f"#### the sweep: {len(table)} array tasks ({sweep.TABLE})\n" + "".join(
-                f"task {k}: {sweep.describe(params)}\n" for k, params in enumerate(table)
+            text += (
+                f"#### the sweep: {len(table)} array tasks ({protocol.SWEEP_TABLE})\n"
+                + "".join(f"task {k}: {sweep.describe(params)}\n" for k, params in enumerate(table))
             )
         return text
 
 
 def prepare_text(spec: JobSpec, workdir: str) -> str:
-    """What the dry run shows of the prepare step (clustertrain.backends.prepare): one command a
+    """What the dry run shows of the prepare step (clustertrain.pipeline.prepare): one command a
     line, as a shell would read it."""
     if not spec.prepare:
         return ""
@@ -151,7 +152,7 @@ def _context(
         "batch_path": str(PurePosixPath(run_dir, BATCH_SCRIPT)),
         "launch_path": str(PurePosixPath(run_dir, LAUNCH_SCRIPT)),
         "plan_path": str(PurePosixPath(run_dir, PLAN_FILE)),
-        "tasks_dir": shlex.quote(str(PurePosixPath(run_dir, sweep.TASKS_DIR))),
+        "tasks_dir": shlex.quote(str(PurePosixPath(run_dir, protocol.TASKS_DIR))),
         "rank_env": [(k, shell_word(v)) for k, v in rank_environment(spec, folder)],
         "offline_env": OFFLINE_ENV if spec.offline else (),
         "protocol": protocol,
@@ -249,7 +250,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
     log_name = "slurm-%j"
     if spec.sweep:
         logs, log_name = (
-            PurePosixPath(run_dir, sweep.TASKS_DIR, "%a", protocol.LOGS_DIR),
+            PurePosixPath(run_dir, protocol.TASKS_DIR, "%a", protocol.LOGS_DIR),
             "slurm-%A_%a",
         )
     gpus = spec.gpus_per_node

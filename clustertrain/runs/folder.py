@@ -26,6 +26,7 @@ from clustertrain.files import RunFolderError, parse_json, printable, read_regul
 from clustertrain.jobstate import JOB_IDS
 from clustertrain.rank import events
 from clustertrain.render import RenderedJob, container
+from clustertrain.runs import sweeps
 from clustertrain.spec import sweep
 from clustertrain.spec.fields import LAUNCHERS
 
@@ -34,8 +35,6 @@ PREPARE_LOG = protocol.PREPARE_LOG
 DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_RECORD_BYTES = 64 << 10
-_MAX_METRICS_TAIL = 1 << 20
-_MAX_METRICS = 256 << 20
 
 
 def runs_root(flag: str | None) -> Path:
@@ -115,33 +114,14 @@ class Run:
             )
         return found
 
-    def metrics(self, tail: int | None = None) -> list[dict[str, Any]]:
-        """The records of ``out/metrics.jsonl`` (one per epoch, then ``"event": "done"``); of its
-        last ``tail`` bytes only if given. A line that is not a JSON object is skipped: a run
-        folder is anyone's, and a job killed mid-write leaves half a line."""
-        if self.out_dir.is_symlink():  # what the ranks wrote is in the run folder, or nowhere
-            return []
-        try:
-            data = read_regular(
-                self.out_dir / protocol.METRICS_FILE, tail or _MAX_METRICS, tail is not None,
-                self.folder,
-            )  # fmt: skip
-        except RunFolderError:
-            return []
-        records = []
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                record = parse_json(line, protocol.METRICS_FILE)
-            except RunFolderError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
-
-    def final_metrics(self) -> dict[str, Any] | None:
-        """The entrypoint's closing ``"event": "done"`` record, if the job wrote one."""
-        records = self.metrics(tail=_MAX_METRICS_TAIL)
-        return next((r for r in reversed(records) if r.get("event") == "done"), None)
+    def metrics(self, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+        """What the job's ``runtime.log_metrics`` calls recorded, in order: each call's values,
+        with its ``step`` where it gave one, its ``time`` and its ``attempt``."""
+        return [
+            {**e.values, "time": e.time, "attempt": e.attempt}
+            for e in self.events(warn)
+            if e.name == "metrics"
+        ]
 
 
 def private_mode(root: Path) -> int:
@@ -183,10 +163,10 @@ def write_run_files(
         (path / protocol.LOGS_DIR).mkdir()
         (path / protocol.OUT_DIR).mkdir()
         if job.spec.sweep:  # each task a run folder of its own; Slurm creates no folders
-            sweep.write_table(path, job.spec.sweep)
+            sweeps.write_table(path, job.spec.sweep)
             for task in range(len(sweep.tasks(job.spec.sweep))):
                 for sub in (protocol.LOGS_DIR, protocol.OUT_DIR):
-                    (path / sweep.TASKS_DIR / str(task) / sub).mkdir(parents=True)
+                    (path / sweeps.TASKS_DIR / str(task) / sub).mkdir(parents=True)
         (path / protocol.SPEC_FILE).write_text(
             yaml.safe_dump(job.spec.to_dict(), sort_keys=False, allow_unicode=True),
             encoding="utf-8",
@@ -239,14 +219,14 @@ def tasks(run: Run) -> list[Run]:
     """A sweep's tasks as runs of their own (``ID_K``, folder ``tasks/K``); [] for a job."""
     if run.task_number is not None:
         return []
-    table = sweep.read_table(run.path)
+    table = sweeps.read_table(run.path)
     return [task(run, k) for k in sorted(table)]
 
 
 def task(run: Run, number: int) -> Run:
     """Task ``number`` of a sweep, whose folder is ``tasks/K`` of the run folder, there: a
     ``tasks`` or task folder that is a symlink (a run folder is anyone's) is refused."""
-    folder = run.path / sweep.TASKS_DIR / str(number)
+    folder = run.path / sweeps.TASKS_DIR / str(number)
     for part in (folder.parent, folder):
         if part.is_symlink():
             raise RunFolderError(f"{part}: a symlink, not a task's folder; it is not read")
@@ -347,7 +327,7 @@ def find_run(root: Path, ref: str) -> Run:
             if run.job_id == ref:
                 return run
             if number and run.job_id == array:
-                if int(number) in sweep.read_table(run.path):
+                if int(number) in sweeps.read_table(run.path):
                     return task(run, int(number))
                 raise UserError(f"JOB: array {array} has no task {number}; see `results {array}`")
         raise UserError(f"JOB: no job {ref} recorded under {root}; see `clustertrain list`")

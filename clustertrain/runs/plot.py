@@ -19,7 +19,7 @@ import matplotlib
 
 from clustertrain.files import printable
 from clustertrain.rank import events
-from clustertrain.runs import Run, tasks, timeline
+from clustertrain.runs import Run, sweeps, tasks, timeline
 from clustertrain.spec import sweep
 
 Warn = Callable[[str], None] | None
@@ -99,7 +99,7 @@ def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: 
 
 def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: Warn) -> str:
     """Every task's curves, labelled with its parameters; a lane per task."""
-    table = sweep.read_table(run.path)
+    table = sweeps.read_table(run.path)
     views = tasks(run)
     found = {view.job_id: view.events(warn) for view in views}
     origin = min((e.time for seen in found.values() for e in seen), default=0.0)

@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass
 
 from clustertrain.files import printable
 from clustertrain.jobstate import JobState
-from clustertrain.runs import Run, task, timeline
-from clustertrain.spec import sweep
+from clustertrain.runs import Run, sweeps, task, timeline
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class Row:
 
 def rows(run: Run, state: JobState, warn: Callable[[str], None] | None = None) -> list[Row]:
     """The tasks of ``run``, best headline first (unfinished or unmeasured last)."""
-    table = sweep.read_table(run.path)
+    table = sweeps.read_table(run.path)
     states = dict(state.tasks)
     found = []
     for number in sorted(table):

@@ -94,7 +94,7 @@ class JobSpec:
         "max", fields.metric_mode, "Which way the headline metric is better: max or min."
     )
     # Commands run on the submit host, in the submit directory, before anything is queued
-    # (clustertrain.backends.prepare): compute nodes often have no route out, login nodes do.
+    # (clustertrain.pipeline.prepare): compute nodes often have no route out, login nodes do.
     prepare: tuple[tuple[str, ...], ...] = _field(
         (),
         fields.commands,

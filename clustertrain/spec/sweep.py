@@ -4,28 +4,23 @@
 in a job file) makes 6 tasks, numbered in product order (the last name varies fastest); task
 K passes ``--lr V --seed W`` to the training script after its other arguments. Each task is a
 whole multi-node job with its own folder ``tasks/K/`` (``logs/``, ``out/``, ``events.jsonl``),
-its own rendezvous (from its own job id) and its own requeues. The table is ``sweep.json`` in
-the run folder.
+its own rendezvous (from its own job id) and its own requeues. The run folder's table of them
+(``sweep.json``) and the tasks' folders are clustertrain.runs.sweeps'.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from clustertrain.errors import FieldError
-from clustertrain.files import RunFolderError, parse_json, read_regular
 from clustertrain.spec.jobfile import flag_mapping
 
 Sweep = tuple[tuple[str, tuple[str, ...]], ...]
 MAX_TASKS = 10_000
-TABLE = "sweep.json"
-TASKS_DIR = "tasks"
 # The script's option name: --NAME.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _MAX_VALUE = 256
@@ -102,21 +97,3 @@ def task_args(params: Mapping[str, str]) -> list[str]:
 
 def describe(params: Mapping[str, str]) -> str:
     return " ".join(f"{name}={value}" for name, value in params.items())
-
-
-def write_table(run_dir: Path, sweep: Sweep) -> None:
-    rows = [{"task": k, "params": p} for k, p in enumerate(tasks(sweep))]
-    (run_dir / TABLE).write_text(json.dumps({"tasks": rows}, indent=1) + "\n", encoding="utf-8")
-
-
-def read_table(run_dir: Path) -> dict[int, dict[str, str]]:
-    """Task number to parameters, from a run folder's ``sweep.json``; {} when there is none or
-    it is not what clustertrain wrote."""
-
-    try:
-        data = parse_json(read_regular(run_dir / TABLE, 16 << 20), str(run_dir / TABLE))
-        rows = data["tasks"]
-        table = {int(r["task"]): {str(k): str(v) for k, v in r["params"].items()} for r in rows}
-    except (RunFolderError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
-    return {k: v for k, v in table.items() if 0 <= k < MAX_TASKS}

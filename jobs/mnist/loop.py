@@ -231,6 +231,11 @@ class Trainer:
                 "epoch", epoch=epoch, epochs=self.config.epochs, step=epoch * at.step,
                 steps=at.step, loss=train_loss, test_loss=test_loss, test_acc=test_acc,
             )  # fmt: skip
+            runtime.log_metrics(
+                epoch * at.step, epoch=epoch, train_loss=train_loss, test_loss=test_loss,
+                test_acc=test_acc, images_per_s=record["images_per_s"],
+                world_size=self.s.world_size,
+            )  # fmt: skip
         self.s.log(
             f"epoch {epoch}/{self.config.epochs}: train_loss {train_loss:.4f} test_loss "
             f"{test_loss:.4f} test_acc {test_acc:.2%} {record['images_per_s']:.0f} img/s "

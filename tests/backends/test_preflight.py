@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from clustertrain.backends.cluster_info import ClusterInfo, gpu_count
-from clustertrain.backends.preflight import check, memory_mb
 from clustertrain.backends.slurm import parse_nodes, parse_partitions
+from clustertrain.backends.slurm.cluster_info import ClusterInfo, gpu_count
+from clustertrain.backends.slurm.preflight import check, memory_mb
 from clustertrain.errors import UserError
 from tests.backends.test_slurm_parsing import PARTITIONS, SINFO
 from tests.conftest import job_spec

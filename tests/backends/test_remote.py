@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 import clustertrain
-from clustertrain.backends import remote, snapshot
+from clustertrain.backends import remote
+from clustertrain.backends.remote import request as remote_request
+from clustertrain.backends.remote import snapshot, stream
 from clustertrain.errors import FieldError, UserError
 from clustertrain.jobstate import JobState
 from tests.conftest import run_cli
@@ -109,11 +111,10 @@ def test_the_cli_sends_the_login_node_the_checked_values_as_flags_and_no_option_
 ) -> None:
     """One road: ``submit --host`` is ``api.submit(host=...)``, which says each checked field
     again as one ``--flag=VALUE`` word; this side's options stay here, the script's args pass."""
-    from clustertrain import api
     from clustertrain.cli.commands import main
 
     sent: list[Any] = []
-    monkeypatch.setattr(api, "submit_remote", lambda host, words, *rest: sent.append((host, words)))
+    _fake_login_node(monkeypatch, tmp_path, sent)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('hi')\n")
     given = ["submit", "--script", "train.py", "--host", "login", "--nodes", "2", "--allow-dirty"]
@@ -121,7 +122,7 @@ def test_the_cli_sends_the_login_node_the_checked_values_as_flags_and_no_option_
     with pytest.raises(SystemExit) as ended:
         main(given)
     assert ended.value.code == 0
-    assert sent == [
+    assert [(asked.host, list(asked.words)) for asked, _ in sent] == [
         ("login", ["--script=train.py", "--nodes=2", "--env=A=-x y", "--", "--host", "kept"])
     ]
 
@@ -142,20 +143,16 @@ def test_the_api_hands_the_login_node_the_command_line_its_fields_make(
 ) -> None:
     """What ``submit(host=...)`` passes on (the login node's clustertrain is faked here; the
     real one reads it in tests/e2e/test_remote_e2e.py)."""
-    passed: list[tuple[str, list[str], Path, str]] = []
-
-    def fake(host: str, words: list[str], here: Path, root: Path, dirty: bool, ct: str) -> Any:
-        passed.append((host, list(words), here, ct))
-        return None, False
-
-    monkeypatch.setattr(remote, "submit", fake)
+    sent: list[Any] = []
+    _fake_login_node(monkeypatch, tree.parent / "queued", sent)
     monkeypatch.chdir(tree)
     monkeypatch.setenv("CLUSTERTRAIN_HOST", "login")
     got = clustertrain.submit(
         str(tree / "sub" / "job.yaml"), nodes=2, env={"A": "1"}, skip_prepare=True,
         extra_args=["--epochs", "1"], remote_clustertrain="/opt/ct", preflight=False,
     )  # fmt: skip
-    assert got is None
+    assert isinstance(got, clustertrain.Job) and got.backend.name == "ssh"
+    passed = [(r.host, list(r.words), here, r.clustertrain) for r, here in sent]
     host, words, here, ct = passed[0]
     assert (host, here, ct) == ("login", tree, "/opt/ct")
     assert words == [
@@ -163,7 +160,7 @@ def test_the_api_hands_the_login_node_the_command_line_its_fields_make(
         "--epochs", "1",
     ]  # fmt: skip
     clustertrain.submit(script="train.py", args=["--lr", "1"], extra_args=["-v"], dry_run=True)
-    assert passed[1][1] == [
+    assert list(sent[1][0].words) == [
         "--script=train.py",
         "--dry-run",
         "--replace-args",
@@ -230,17 +227,29 @@ def test_a_job_file_outside_the_snapshot_is_refused_before_anything_is_sent(
 ) -> None:
     """The login node would read whatever is at that path on its own disk (anyone's, on a
     shared login node), and run its prepare commands as you."""
-    from clustertrain import api
 
     sent: list[Any] = []
-    monkeypatch.setattr(api, "submit_remote", lambda *args: sent.append(args))
+    _fake_login_node(monkeypatch, tmp_path / "queued", sent)
     outside = tmp_path / "planted.yaml"
     outside.write_text("nodes: 1\nscript: train.py\n")
     monkeypatch.chdir(tree)
     with pytest.raises(UserError, match=r"^job file: .*planted.yaml is outside the git tree"):
         clustertrain.submit(str(outside), host="login", runs_dir=str(tmp_path / "runs"))
     clustertrain.submit("sub/job.yaml", host="login", runs_dir=str(tmp_path / "runs"))
-    assert len(sent) == 1 and sent[0][1][0] == "sub/job.yaml"
+    assert len(sent) == 1 and sent[0][0].words[0] == "sub/job.yaml"
+
+
+def _fake_login_node(monkeypatch: pytest.MonkeyPatch, where: Path, sent: list[Any]) -> None:
+    """The login node's clustertrain, faked: each request it is sent, with the directory whose
+    tree it would take, is kept in ``sent``; a submission comes back as a run recorded under
+    ``where``, a dry run as None."""
+    from clustertrain import runs
+
+    def fake(asked: remote.Request, here: Path, root: Path, echo: Any) -> Any:
+        sent.append((asked, here))
+        return None if asked.dry_run else runs.read_run(_remote_run(where))
+
+    monkeypatch.setattr(remote_request, "queue", fake)
 
 
 def _remote_run(tmp_path: Path) -> Path:
@@ -324,7 +333,7 @@ def test_what_comes_back_from_a_host_is_plain_files_inside_the_run_folder(tmp_pa
     here = tmp_path / "run"
     here.mkdir()
     with tarfile.open(fileobj=made) as tar:
-        remote._extract_files(tar, here)
+        stream._extract_files(tar, here)
     found = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if not p.is_dir())
     assert found == ["run/metrics.jsonl", "run/tasks/1/events.jsonl"]
     assert (here / "metrics.jsonl").stat().st_mode & 0o777 == 0o600

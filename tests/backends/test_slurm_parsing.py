@@ -177,7 +177,7 @@ def test_the_slurm_module_does_not_import_the_local_cluster() -> None:
     code = (
         "import os, sys; os.environ.pop('SLURM_CONF', None); "
         "import clustertrain.backends.slurm as s; "
-        "s.slurm_environ(); s.Slurm(); print('clustertrain.cluster' in sys.modules)"
+        "s.slurm_environ(); s.Slurm(); print('clustertrain.localcluster' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "False\n"

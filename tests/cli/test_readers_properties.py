@@ -14,12 +14,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from clustertrain import protocol
-from clustertrain.backends import noderecord, remote
+from clustertrain.backends import remote
 from clustertrain.errors import FieldError, UserError
 from clustertrain.files import RunFolderError, parse_json
 from clustertrain.node.plan import Plan, PlanError
 from clustertrain.rank import events
 from clustertrain.runs import Run, read_run
+from clustertrain.settings import noderecord
 from clustertrain.spec import build_spec, jobfile
 
 # derandomize: the same examples on every run, so that CI is not a lottery (a new example that

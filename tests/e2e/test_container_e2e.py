@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.cluster import layout
-from clustertrain.cluster.layout import default_state_dir
+from clustertrain.localcluster import layout
+from clustertrain.localcluster.layout import default_state_dir
 from tests.conftest import ROOT, run_cli
 from tests.e2e.test_preemption import _attempt_log, _slurm, _wait, release_requeued
 from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)

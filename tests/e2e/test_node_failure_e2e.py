@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clustertrain import api
-from clustertrain import cluster as local
+from clustertrain import localcluster as local
 from tests.conftest import run_cli
 from tests.e2e.test_preemption import (
     RUN_TIMEOUT_S,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import cluster as local
+from clustertrain import localcluster as local
 from clustertrain import protocol
-from clustertrain.backends import ssh
+from clustertrain.backends.remote import ssh
 from tests.conftest import ROOT, run_cli
 from tests.e2e.test_slurm_e2e import SMOKE, cluster  # noqa: F401  (cluster is a fixture)
 
@@ -235,7 +235,7 @@ def test_the_python_api_submits_over_ssh_and_follows_from_here(
     said = json.loads(done.stdout.splitlines()[-1])
     assert said["state"] == "COMPLETED" and said["attached"] == [said["job_id"], "COMPLETED", "ssh"]
     assert any("epoch 1/1: train_loss" in line for line in said["followed"]), said["followed"][-5:]
-    assert said["metrics"][-1]["event"] == "done" and said["metrics"][-1]["world_size"] == 2
+    assert [r["epoch"] for r in said["metrics"]] == [1] and said["metrics"][-1]["world_size"] == 2
     status = run_cli("status", "last", "--json", cwd=tree, env=env)
     assert status.returncode == 0, status.stderr
     assert {k: json.loads(status.stdout)[k] for k in ("job_id", "state")} == {

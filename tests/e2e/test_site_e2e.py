@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import cluster as local
+from clustertrain import localcluster as local
 from tests.conftest import run_cli
 from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clustertrain import api, protocol
-from clustertrain import cluster as local
+from clustertrain import localcluster as local
 from tests.conftest import run_cli
 from tests.e2e.test_node_failure_e2e import _second_node, restarted_with
 from tests.e2e.test_preemption import (

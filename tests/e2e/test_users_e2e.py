@@ -165,7 +165,7 @@ print(json.dumps(clustertrain.notebook_launcher(
 def _ssh_to_login(user: User) -> None:
     """``ssh login`` for ``user`` as at a site: a key of their own in their authorized_keys,
     the login node's host key pinned, and their clustertrain there named in their hosts file."""
-    from clustertrain import cluster as local
+    from clustertrain import localcluster as local
 
     state = local.default_state_dir()
     layout = local.current_layout(state)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain.backends import cluster_info, preflight
-from clustertrain.backends.slurm import Slurm
+from clustertrain.backends.slurm import Slurm, cluster_info, preflight
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob, container, render
 from tests.backends.test_slurm_parsing import FakeRunner

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -208,7 +209,7 @@ def test_a_full_disk_leaves_no_half_written_run_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from clustertrain.backends.slurm import Slurm, SlurmBackend
-    from clustertrain.backends.submission import submit_job
+    from clustertrain.pipeline.schedule import schedule
 
     job = render(job_spec(), str(tmp_path / "runs" / "mnist-x"), "/w")
     real_write = Path.write_text
@@ -224,7 +225,7 @@ def test_a_full_disk_leaves_no_half_written_run_folder(
 
     monkeypatch.setattr(Path, "write_text", full_disk)
     with pytest.raises(UserError, match="No space left on device"):
-        submit_job(job, SlurmBackend(NeverCalled()), check=False)
+        schedule(job, SlurmBackend(NeverCalled()), check=False)
     assert list((tmp_path / "runs").iterdir()) == []
 
 
@@ -371,21 +372,25 @@ def test_symlinked_folders_inside_a_run_folder_are_not_followed(tmp_path: Path) 
     import json
 
     from clustertrain import protocol
-    from clustertrain.spec import sweep
+    from clustertrain.runs import sweeps
 
     run = _make_run(tmp_path / "runs", "8")
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "0").mkdir(parents=True)
     (elsewhere / "metrics.jsonl").write_text(json.dumps({"event": "done", "secret": 1}) + "\n")
     (elsewhere / protocol.HANG_FILE).write_text("a secret of someone else's\n")
-    sweep.write_table(run.path, (("lr", ("1",)),))
-    (run.path / sweep.TASKS_DIR).symlink_to(elsewhere)
+    sweeps.write_table(run.path, (("lr", ("1",)),))
+    (run.path / sweeps.TASKS_DIR).symlink_to(elsewhere)
     with pytest.raises(UserError, match="a symlink, not a task's folder"):
         runs.tasks(run)
     if run.out_dir.exists():
         run.out_dir.rmdir()
     run.out_dir.symlink_to(elsewhere)
-    assert run.metrics() == [] and run.final_metrics() is None
+    planted = {"time": time.time(), "event": "metrics", "attempt": 0, "secret": 1}
+    (elsewhere / protocol.EVENTS_FILE).write_text(json.dumps(planted) + "\n")
+    run.events_path.unlink(missing_ok=True)
+    run.events_path.symlink_to(elsewhere / protocol.EVENTS_FILE)
+    assert run.metrics() == []
     attempt = run.logs_dir / "attempt-0"
     attempt.mkdir(parents=True)
     (attempt / f"{protocol.HEARTBEAT_DIR}-hung-1").symlink_to(elsewhere)

@@ -1,4 +1,4 @@
-"""The node record (clustertrain.backends.noderecord) and `clustertrain nodes`: what run folders
+"""The node record (clustertrain.settings.noderecord) and `clustertrain nodes`: what run folders
 say of bad nodes, read only from your own folders; a forged record or node name refused in one
 line; a cleared node not taken again from old events; the dry run's --exclude and why."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from clustertrain import protocol
-from clustertrain.backends import noderecord
 from clustertrain.errors import UserError
 from clustertrain.rank import events
+from clustertrain.settings import noderecord
 from tests.conftest import run_cli
 
 

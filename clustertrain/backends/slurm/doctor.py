@@ -7,9 +7,10 @@ import os
 import shutil
 from pathlib import Path
 
-from clustertrain.backends.cluster_info import ClusterInfo
-from clustertrain.backends.slurm import Slurm
 from clustertrain.spec.fields import format_time
+
+from .cluster_info import ClusterInfo
+from .commands import Slurm
 
 
 def cluster_lines(info: ClusterInfo, accounting: bool, conf: str) -> list[str]:

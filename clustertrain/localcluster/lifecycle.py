@@ -11,22 +11,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from clustertrain.backends import ssh
+from clustertrain.backends.remote import ssh
 from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 
 from . import apt, daemons, faults, login, netns, rootfs
-from .config import (
-    hosts_lines,
-    hosts_with_block,
-    hosts_without_block,
-    render_dns_conf,
-    render_gres_conf,
-    render_node_hosts,
-    render_node_resolv,
-    render_oci_conf,
-    render_slurm_conf,
-)
 from .layout import (
     SLURM_DEFAULT,
     Layout,
@@ -39,6 +28,17 @@ from .layout import (
     munge_socket,
     record_path,
     resolv_file,
+)
+from .slurm_conf import (
+    hosts_lines,
+    hosts_with_block,
+    hosts_without_block,
+    render_dns_conf,
+    render_gres_conf,
+    render_node_hosts,
+    render_node_resolv,
+    render_oci_conf,
+    render_slurm_conf,
 )
 
 HOSTS_FILE = Path("/etc/hosts")

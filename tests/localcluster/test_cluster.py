@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import cluster
-from clustertrain.cluster import daemons
-from clustertrain.cluster.netns import Names
+from clustertrain import localcluster as cluster
 from clustertrain.errors import UserError
+from clustertrain.localcluster import daemons
+from clustertrain.localcluster.netns import Names
 from tests.conftest import run_cli
 
 
@@ -90,7 +90,7 @@ def test_the_name_server_answers_the_cluster_on_the_bridge_only(tmp_path: Path) 
     # The same names as the nodes' hosts files, each one way and back.
     records = [line.split("=", 1)[1] for line in conf_lines(text, "host-record=")]
     hosts = cluster.render_node_hosts(layout, "login").splitlines()
-    named = [line.split() for line in hosts[hosts.index(cluster.config.HOSTS_BEGIN) + 1 : -1]]
+    named = [line.split() for line in hosts[hosts.index(cluster.slurm_conf.HOSTS_BEGIN) + 1 : -1]]
     assert records == ["localhost,127.0.0.1,::1"] + [f"{name},{addr}" for addr, name in named]
     assert cluster.render_node_resolv(layout).splitlines()[1:] == ["nameserver 10.99.0.1"]
 
@@ -152,7 +152,7 @@ def test_bad_network_is_a_user_error(fields: dict[str, object], field: str) -> N
 
 
 def test_network_names_fit_the_kernel_and_differ_per_cluster() -> None:
-    from clustertrain.cluster.netns import Names
+    from clustertrain.localcluster.netns import Names
 
     one, two = Names("a1b2c3d4", ["node1", "node64"]), Names("ffee0011", ["node1"])
     kernel_names = [one.bridge, one.host_link("node64"), two.bridge, two.host_link("node1")]
@@ -356,7 +356,7 @@ def test_down_names_a_process_that_outlives_it_and_keeps_the_hosts(
 ) -> None:
     """A process SIGKILL cannot end (stuck in the kernel) keeps the namespaces, so that it can
     still be found: down (and up, which runs it first) says which, in one line."""
-    from clustertrain.cluster import lifecycle, netns
+    from clustertrain.localcluster import lifecycle, netns
 
     me = os.getpid()
     stopped: list[list[dict]] = []
@@ -369,7 +369,7 @@ def test_down_names_a_process_that_outlives_it_and_keeps_the_hosts(
 
 
 def test_the_login_nodes_ssh_files(tmp_path: Path) -> None:
-    from clustertrain.cluster import login
+    from clustertrain.localcluster import login
 
     layout = cluster.Layout(nodes=2, subnet="10.99.7.0/24", state_dir=tmp_path)
     sshd = login.render_sshd_config(layout).splitlines()
@@ -407,7 +407,7 @@ def test_down_removes_every_namespace_and_link_after_a_crash(tmp_path: Path) -> 
     import json
     import signal
 
-    from clustertrain.cluster.netns import Names, leftovers
+    from clustertrain.localcluster.netns import Names, leftovers
 
     layout = _private(tmp_path, 2, "10.77.2.0/24")
     ssh_config = Path.home() / ".ssh" / "config"
@@ -459,7 +459,7 @@ def test_a_16_node_job_completes_on_16_separate_hosts(tmp_path: Path) -> None:
 def test_the_include_line_goes_and_a_users_own_config_stays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from clustertrain.cluster import login
+    from clustertrain.localcluster import login
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     config = tmp_path / "home" / ".ssh" / "config"

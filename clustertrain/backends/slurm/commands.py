@@ -1,9 +1,10 @@
-"""The one module that talks to Slurm: sbatch (through submitit), scontrol, squeue, sacct, scancel.
+"""The one module that calls Slurm: sbatch (through submitit), scontrol, squeue, sacct, scancel,
+sinfo.
 
-Commands go through a small runner that tests replace; parsing their output is pure functions
-beside the calls. Without slurmdbd, ``sacct`` is unavailable, so a job's state comes from
-``scontrol`` while Slurm remembers the job (``MinJobAge``), then from ``sacct`` where
-accounting exists, then from the job-completion log (``sacct --completion``).
+Commands go through a small runner that tests replace; reading their output is pure
+functions beside the calls (``parse.py``). Without slurmdbd, ``sacct`` is unavailable, so a
+job's state comes from ``scontrol`` while Slurm remembers the job (``MinJobAge``), then from
+``sacct`` where accounting exists, then from the job-completion log (``sacct --completion``).
 """
 
 from __future__ import annotations
@@ -17,20 +18,16 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from clustertrain.backends import entrypoint
-from clustertrain.backends import preflight as preflight_checks
-from clustertrain.backends.base import Backend
-from clustertrain.backends.cluster_info import ClusterInfo, Node, Partition, gpu_count
 from clustertrain.errors import UserError
-from clustertrain.jobstate import JOB_ID, JOB_IDS, TERMINAL_STATES, JobState
+from clustertrain.jobstate import JOB_ID, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.render.container import APPTAINER
-from clustertrain.runs import Run
-from clustertrain.spec.fields import CONTAINER_RUNTIMES, time_seconds
+from clustertrain.spec.fields import CONTAINER_RUNTIMES
+
+from .cluster_info import ClusterInfo
+from .parse import parse_nodes, parse_partitions, parse_sacct, parse_scontrol_job
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
-
-_KEY_VALUE = re.compile(r"(\w+)=(\S*)")
 
 
 class SlurmUnreachable(UserError):
@@ -239,141 +236,3 @@ class Slurm:
                 f"scontrol write batch_script {job_id}: {_first_error_line(done.stderr)}"
             )
         return done.stdout
-
-
-def parse_scontrol_job(job_id: str, text: str) -> JobState:
-    """Parse ``scontrol show job --oneliner``: one record (``Key=Value`` words), or for a job
-    array one per task (pending tasks share one, ``ArrayTaskId=2-5%2``)."""
-    records = [dict(_KEY_VALUE.findall(line)) for line in text.splitlines() if line.strip()]
-    if "_" not in job_id and records and "ArrayTaskId" in records[0]:
-        return _array_state(job_id, records)
-    fields = dict(_KEY_VALUE.findall(text))
-    restarts = fields.get("Restarts", "0")
-    return JobState(
-        job_id=job_id,
-        state=fields.get("JobState", "UNKNOWN"),
-        nodes=fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
-        elapsed=fields.get("RunTime", ""),
-        restarts=int(restarts) if restarts.isdigit() else 0,
-        exit_code=fields.get("ExitCode", ""),
-        reason=fields.get("Reason", "") if fields.get("Reason") != "None" else "",
-    )
-
-
-def _array_state(job_id: str, records: list[dict[str, str]]) -> JobState:
-    """The array as one state: running while any task runs, pending while any waits, else
-    COMPLETED when every task did, else the first other end."""
-    tasks: dict[int, str] = {}
-    for fields in records:
-        for number in _task_numbers(fields.get("ArrayTaskId", "")):
-            tasks[number] = fields.get("JobState", "UNKNOWN")
-    states = list(tasks.values())
-    ended = [s for s in states if s in TERMINAL_STATES]
-    if len(ended) < len(states):
-        state = "PENDING" if all(s == "PENDING" for s in states) else "RUNNING"
-    else:
-        state = next((s for s in states if s != "COMPLETED"), "COMPLETED")
-    return JobState(job_id=job_id, state=state, tasks=tuple(sorted(tasks.items())))
-
-
-def _task_numbers(text: str) -> list[int]:
-    """``3``, ``2-5``, ``1,4-6%2`` (the throttle after %) as task numbers."""
-    numbers: list[int] = []
-    for part in text.split("%")[0].split(","):
-        low, _, high = part.partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            numbers.extend(range(int(low), int(high or low) + 1))
-    return numbers
-
-
-def parse_sacct(job_id: str, text: str) -> JobState:
-    """Parse ``sacct -P`` lines (JobID|State|NodeList|Elapsed[|ExitCode]); the last one wins.
-
-    sacct writes "CANCELLED by 0": the state is the first word.
-    """
-    rows = [line.split("|") for line in text.splitlines() if line.strip()]
-    rows = [row for row in rows if row[0] == job_id] or rows
-    row = rows[-1] + [""] * 5
-    return JobState(
-        job_id=job_id,
-        state=row[1].split(" ")[0] or "UNKNOWN",
-        nodes=row[2],
-        elapsed=row[3],
-        exit_code=row[4],
-    )
-
-
-def parse_partitions(text: str) -> tuple[Partition, ...]:
-    """Parse ``scontrol show partition --oneliner``: one ``Key=Value`` line per partition."""
-    parts = []
-    for line in text.splitlines():
-        fields = dict(_KEY_VALUE.findall(line))
-        if "PartitionName" not in fields:
-            continue
-        max_nodes = fields.get("MaxNodes", "UNLIMITED")
-        max_time = fields.get("MaxTime", "UNLIMITED")
-        parts.append(
-            Partition(
-                name=fields["PartitionName"],
-                default=fields.get("Default") == "YES",
-                max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
-                max_time_s=time_seconds(max_time)
-                if max_time not in ("UNLIMITED", "INFINITE")
-                else None,
-                state=fields.get("State", "UNKNOWN"),
-            )
-        )
-    return tuple(parts)
-
-
-def parse_nodes(text: str) -> tuple[Node, ...]:
-    """Parse ``sinfo --Node --format %N|%P|%c|%m|%G|%t``, one line per node and partition.
-
-    A node in several partitions appears once per partition; sinfo marks the default one '*'.
-    """
-    merged: dict[str, Node] = {}
-    for line in text.splitlines():
-        cols = line.strip().split("|")
-        if len(cols) != 6 or not cols[2].isdigit():
-            continue
-        name, part, cpus, memory, gres, state = cols
-        prior = merged.get(name)
-        merged[name] = Node(
-            name=name,
-            partitions=(prior.partitions if prior else ()) + (part.rstrip("*"),),
-            cpus=int(cpus),
-            memory_mb=int(memory.rstrip("+")) if memory.rstrip("+").isdigit() else 0,
-            gpus=gpu_count(gres),
-            state=state,
-        )
-    return tuple(merged.values())
-
-
-class SlurmBackend(Backend):
-    """A Slurm cluster, through its commands (:class:`Slurm`); preflight reads its limits."""
-
-    name = "slurm"
-    job_ids = JOB_IDS[name]
-    accepted = "queued"
-
-    @staticmethod
-    def cancel_command(job_id: str) -> str:
-        return f"scancel {job_id}"
-
-    def __init__(self, slurm: Slurm | None = None) -> None:
-        self.slurm = slurm or Slurm()
-
-    def check(self, job: RenderedJob, preflight: bool = True) -> None:
-        if preflight:
-            preflight_checks.check(job.spec, self.slurm.cluster_info())
-            preflight_checks.check_files(job)
-            entrypoint.check(job.spec, job.workdir)
-
-    def submit(self, job: RenderedJob) -> str:
-        return self.slurm.submit(job)
-
-    def state(self, run: Run) -> JobState:
-        return self.slurm.state(run.job_id)
-
-    def cancel(self, run: Run) -> None:
-        self.slurm.cancel(run.job_id)

@@ -11,11 +11,12 @@ import re
 import shlex
 from pathlib import Path
 
-from clustertrain.backends.cluster_info import ClusterInfo, Partition
 from clustertrain.errors import UserError
 from clustertrain.render import RenderedJob, container
 from clustertrain.spec import JobSpec, sweep
 from clustertrain.spec.fields import format_time, time_seconds
+
+from .cluster_info import ClusterInfo, Partition
 
 _MEM = re.compile(r"(\d+)([KMGT]?)")
 

@@ -29,6 +29,8 @@ from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, printable, read_regular
 from clustertrain.rank import events
 
+from . import config_dir, read_setting
+
 EXPIRY_S = 7 * 24 * 3600
 # How many of the newest run folders a submission reads, and how much of each events file.
 RECENT_RUNS, EVENTS_BYTES, MAX_ENTRIES = 50, 1 << 20, 1000
@@ -84,8 +86,7 @@ def cluster_name(environ: dict[str, str] | None = None) -> str:
 
 
 def path_for(cluster: str) -> Path:
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(config) / "clustertrain" / "nodes" / f"{cluster}.json"
+    return config_dir() / "nodes" / f"{cluster}.json"
 
 
 @dataclass
@@ -100,8 +101,9 @@ def load(path: Path) -> Record:
     """The record; an empty one without a file. One that is not a record is refused."""
     if not path.exists():
         return Record([], {})
+    data = read_setting(path, 4 << 20, "node record")
     try:
-        raw = parse_json(read_regular(path, 4 << 20), str(path))
+        raw = parse_json(data, str(path))
         if not isinstance(raw, dict) or set(raw) != {"entries", "cleared"}:
             raise ValueError("not a record of entries and clears")
         entries, cleared = raw["entries"], raw["cleared"]
@@ -238,3 +240,8 @@ def clear(record: Record, nodes: list[str], now: float | None = None) -> Record:
     now = time.time() if now is None else now
     cleared = {**record.cleared, **dict.fromkeys(nodes, now)}
     return Record([e for e in record.entries if e.node not in nodes], cleared)
+
+
+def mine() -> Path:
+    """Your record for the cluster this environment's Slurm configuration names."""
+    return path_for(cluster_name())

@@ -1,4 +1,4 @@
-"""Your hosts file (clustertrain.backends.hosts) and the clustertrain it names for a login node:
+"""Your hosts file (clustertrain.settings.hosts) and the clustertrain it names for a login node:
 which value wins, and every bad file or value refused in one line before any ssh runs (a fake
 ``ssh`` first on PATH says whether one ran). The real login node reads it in
 tests/e2e/test_remote_e2e.py."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from clustertrain import protocol, runs
-from clustertrain.backends import hosts
 from clustertrain.errors import FieldError
 from clustertrain.render import render
+from clustertrain.settings import hosts
 from tests.conftest import job_spec, run_cli
 
 

@@ -40,7 +40,7 @@ class Layout:
     slurmd_timeout_s: int = 30
     state_dir: Path = field(default_factory=default_state_dir)
     # Which Slurm runs it: this host's packages (22.05), or 24.11 from a root filesystem of
-    # Debian 13 (clustertrain.cluster.rootfs).
+    # Debian 13 (clustertrain.localcluster.rootfs).
     slurm: str = SLURM_DEFAULT
 
     def __post_init__(self) -> None:
@@ -146,7 +146,7 @@ def resolv_file(state_dir: Path) -> Path:
 
 
 def clients_dir(state_dir: Path) -> Path:
-    """Slurm's commands for a cluster whose Slurm is not this host's (clustertrain.cluster
+    """Slurm's commands for a cluster whose Slurm is not this host's (clustertrain.localcluster
     .rootfs); put it first on PATH."""
     return state_dir / "bin"
 

@@ -85,7 +85,7 @@ def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
 
 def _slurm_daemon(layout: Layout, argv: list[str]) -> list[str]:
     """A Slurm daemon's command line: this host's, or the root filesystem's of the layout's
-    Slurm (clustertrain.cluster.rootfs), in a mount namespace of its own."""
+    Slurm (clustertrain.localcluster.rootfs), in a mount namespace of its own."""
     if layout.slurm == SLURM_DEFAULT:
         return [which(argv[0]) or argv[0], *argv[1:]]
     base = rootfs.root(layout.slurm)

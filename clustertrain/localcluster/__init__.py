@@ -5,11 +5,11 @@ private bridge (``--layout loopback``: on 127.0.0.1 with its own port); one ``sl
 private ``munged`` (own key, socket and pid file in the state dir) serve them, and on the bridge
 a ``dnsmasq`` answers the nodes' name lookups (reverse ones too, as a site's DNS does), and a
 login node of its own runs an OpenSSH server that this machine reaches as ``ssh login``; no
-systemd.
-Why each setting: the comments beside it in ``config.py`` and ``templates/cluster/slurm.conf.j2``.
+systemd. Why each setting: the comments beside it in ``slurm_conf.py`` and
+``templates/cluster/slurm.conf.j2``.
 
   layout.py     the cluster's shape, its addresses, and where its files live
-  config.py     slurm.conf, gres.conf, the hosts files, dnsmasq.conf and the nodes'
+  slurm_conf.py slurm.conf, gres.conf, the hosts files, dnsmasq.conf and the nodes'
                 resolv.conf, rendered as text
   netns.py      the nodes' namespaces, bridge and links: made, entered, removed
   daemons.py    the daemons' command lines; started and stopped by PID and start time
@@ -22,7 +22,11 @@ Why each setting: the comments beside it in ``config.py`` and ``templates/cluste
 
 from __future__ import annotations
 
-from .config import (
+from .faults import degrade, heal
+from .faults import fail as fail_node
+from .layout import SLURM_DEFAULT, SLURM_VERSIONS, Layout, clients_dir, default_state_dir
+from .lifecycle import current_layout, down, local_slurm_conf, status, up
+from .slurm_conf import (
     hosts_with_block,
     hosts_without_block,
     render_dns_conf,
@@ -31,10 +35,6 @@ from .config import (
     render_node_resolv,
     render_slurm_conf,
 )
-from .faults import degrade, heal
-from .faults import fail as fail_node
-from .layout import SLURM_DEFAULT, SLURM_VERSIONS, Layout, clients_dir, default_state_dir
-from .lifecycle import current_layout, down, local_slurm_conf, status, up
 
 __all__ = [
     "SLURM_DEFAULT",

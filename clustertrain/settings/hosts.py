@@ -9,8 +9,9 @@ Which clustertrain runs on a host (:func:`clustertrain_for`): ``--remote-cluster
 (the Python API's ``remote_clustertrain=``), then ``$CLUSTERTRAIN_REMOTE_CLUSTERTRAIN``, then
 this file's entry for the host, then ``clustertrain`` on the login shell's PATH.
 
-The file is read like a job file (clustertrain.spec.jobfile: a regular file, no aliases, no
-duplicate keys) and checked whole, every host's entry, before anything reaches a host.
+The file is yours alone (clustertrain.settings.read_setting), parsed like a job file
+(clustertrain.spec.jobfile: no aliases, no duplicate keys) and checked whole, every host's
+entry, before anything reaches a host.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from clustertrain.backends.remote import ssh
 from clustertrain.errors import FieldError
 from clustertrain.spec import jobfile
 
-from . import ssh
+from . import config_dir, read_setting
 
 DEFAULT_CLUSTERTRAIN = "clustertrain"
 ENV_CLUSTERTRAIN = "CLUSTERTRAIN_REMOTE_CLUSTERTRAIN"
@@ -36,8 +38,7 @@ def hosts_file() -> tuple[Path, bool]:
     """The file, and whether the user named it (then it must exist)."""
     if named := os.environ.get(ENV_HOSTS_FILE):
         return Path(named), True
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(config) / "clustertrain" / "hosts.yaml", False
+    return config_dir() / "hosts.yaml", False
 
 
 def read() -> dict[str, dict[str, str]]:
@@ -49,7 +50,9 @@ def read() -> dict[str, dict[str, str]]:
                 ENV_HOSTS_FILE, str(path), "no such file; name your hosts file, or unset it"
             )
         return {}
-    data = jobfile.parse(jobfile.read_file(str(path), "hosts file"), str(path), "hosts file")
+    data = jobfile.parse(
+        read_setting(path, jobfile.MAX_BYTES, "hosts file"), str(path), "hosts file"
+    )
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -10,9 +10,9 @@ import pytest
 import submitit
 
 from clustertrain import runs
-from clustertrain.backends import submission
 from clustertrain.backends.slurm import Slurm, SlurmBackend
 from clustertrain.errors import UserError
+from clustertrain.pipeline.schedule import schedule
 from clustertrain.render import render
 from tests.conftest import job_spec
 
@@ -42,7 +42,7 @@ def test_a_queued_job_keeps_its_run_folder_when_its_id_cannot_be_recorded(
     monkeypatch.setattr(runs, "record_submission", full_disk)
     job = _job(tmp_path)
     with pytest.raises(UserError, match=r"job 42 is queued.*scancel 42"):
-        submission.submit_job(job, SlurmBackend(QueuedSlurm()), check=False)  # type: ignore[arg-type]
+        schedule(job, SlurmBackend(QueuedSlurm()), check=False)  # type: ignore[arg-type]
     folder = Path(job.run_dir)  # type: ignore[attr-defined]
     assert (folder / "launch.sh").is_file() and (folder / "job.sbatch").is_file()
 
@@ -50,7 +50,7 @@ def test_a_queued_job_keeps_its_run_folder_when_its_id_cannot_be_recorded(
 def test_a_refused_submission_leaves_nothing(tmp_path: Path) -> None:
     job = _job(tmp_path)
     with pytest.raises(UserError, match="Invalid account"):
-        submission.submit_job(job, SlurmBackend(RefusingSlurm()), check=False)  # type: ignore[arg-type]
+        schedule(job, SlurmBackend(RefusingSlurm()), check=False)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -16,9 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clustertrain.backends import prepare
 from clustertrain.errors import UserError
 from clustertrain.spec import JobSpec
+
+from . import prepare
 
 SKIP = " (or skip this check with --no-preflight)"
 # Finding a module imports its parent packages, as `python -m` will: a package whose

@@ -1,4 +1,4 @@
-"""Slurm 24.11 beside 22.05 (clustertrain.cluster.rootfs), what needs no cluster: the version
+"""Slurm 24.11 beside 22.05 (clustertrain.localcluster.rootfs), what needs no cluster: the version
 is refused in one line unless supported, each difference is said for 24.11 only, the daemons'
 command lines bind and chroot, the clients' wrappers pass shellcheck. The cluster itself on
 24.11: tests/e2e on a cluster brought up with --slurm 24.11 (scripts/test's second phase)."""
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import cluster
-from clustertrain.cluster import config, rootfs
+from clustertrain import localcluster as cluster
 from clustertrain.errors import FieldError, UserError
+from clustertrain.localcluster import rootfs
+from clustertrain.localcluster import slurm_conf as config
 from tests.conftest import run_cli
 
 

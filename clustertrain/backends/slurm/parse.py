@@ -1,0 +1,123 @@
+"""What Slurm's commands print, read: pure functions from their output to clustertrain's types
+(scontrol's job records, sacct's rows, sinfo's partitions and nodes). The calls are beside, in
+``commands.py``; a test feeds these recorded output.
+"""
+
+from __future__ import annotations
+
+import re
+
+from clustertrain.jobstate import TERMINAL_STATES, JobState
+from clustertrain.spec.fields import time_seconds
+
+from .cluster_info import Node, Partition, gpu_count
+
+_KEY_VALUE = re.compile(r"(\w+)=(\S*)")
+
+
+def parse_scontrol_job(job_id: str, text: str) -> JobState:
+    """Parse ``scontrol show job --oneliner``: one record (``Key=Value`` words), or for a job
+    array one per task (pending tasks share one, ``ArrayTaskId=2-5%2``)."""
+    records = [dict(_KEY_VALUE.findall(line)) for line in text.splitlines() if line.strip()]
+    if "_" not in job_id and records and "ArrayTaskId" in records[0]:
+        return _array_state(job_id, records)
+    fields = dict(_KEY_VALUE.findall(text))
+    restarts = fields.get("Restarts", "0")
+    return JobState(
+        job_id=job_id,
+        state=fields.get("JobState", "UNKNOWN"),
+        nodes=fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
+        elapsed=fields.get("RunTime", ""),
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        exit_code=fields.get("ExitCode", ""),
+        reason=fields.get("Reason", "") if fields.get("Reason") != "None" else "",
+    )
+
+
+def _array_state(job_id: str, records: list[dict[str, str]]) -> JobState:
+    """The array as one state: running while any task runs, pending while any waits, else
+    COMPLETED when every task did, else the first other end."""
+    tasks: dict[int, str] = {}
+    for fields in records:
+        for number in _task_numbers(fields.get("ArrayTaskId", "")):
+            tasks[number] = fields.get("JobState", "UNKNOWN")
+    states = list(tasks.values())
+    ended = [s for s in states if s in TERMINAL_STATES]
+    if len(ended) < len(states):
+        state = "PENDING" if all(s == "PENDING" for s in states) else "RUNNING"
+    else:
+        state = next((s for s in states if s != "COMPLETED"), "COMPLETED")
+    return JobState(job_id=job_id, state=state, tasks=tuple(sorted(tasks.items())))
+
+
+def _task_numbers(text: str) -> list[int]:
+    """``3``, ``2-5``, ``1,4-6%2`` (the throttle after %) as task numbers."""
+    numbers: list[int] = []
+    for part in text.split("%")[0].split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            numbers.extend(range(int(low), int(high or low) + 1))
+    return numbers
+
+
+def parse_sacct(job_id: str, text: str) -> JobState:
+    """Parse ``sacct -P`` lines (JobID|State|NodeList|Elapsed[|ExitCode]); the last one wins.
+
+    sacct writes "CANCELLED by 0": the state is the first word.
+    """
+    rows = [line.split("|") for line in text.splitlines() if line.strip()]
+    rows = [row for row in rows if row[0] == job_id] or rows
+    row = rows[-1] + [""] * 5
+    return JobState(
+        job_id=job_id,
+        state=row[1].split(" ")[0] or "UNKNOWN",
+        nodes=row[2],
+        elapsed=row[3],
+        exit_code=row[4],
+    )
+
+
+def parse_partitions(text: str) -> tuple[Partition, ...]:
+    """Parse ``scontrol show partition --oneliner``: one ``Key=Value`` line per partition."""
+    parts = []
+    for line in text.splitlines():
+        fields = dict(_KEY_VALUE.findall(line))
+        if "PartitionName" not in fields:
+            continue
+        max_nodes = fields.get("MaxNodes", "UNLIMITED")
+        max_time = fields.get("MaxTime", "UNLIMITED")
+        parts.append(
+            Partition(
+                name=fields["PartitionName"],
+                default=fields.get("Default") == "YES",
+                max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
+                max_time_s=time_seconds(max_time)
+                if max_time not in ("UNLIMITED", "INFINITE")
+                else None,
+                state=fields.get("State", "UNKNOWN"),
+            )
+        )
+    return tuple(parts)
+
+
+def parse_nodes(text: str) -> tuple[Node, ...]:
+    """Parse ``sinfo --Node --format %N|%P|%c|%m|%G|%t``, one line per node and partition.
+
+    A node in several partitions appears once per partition; sinfo marks the default one '*'.
+    """
+    merged: dict[str, Node] = {}
+    for line in text.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) != 6 or not cols[2].isdigit():
+            continue
+        name, part, cpus, memory, gres, state = cols
+        prior = merged.get(name)
+        merged[name] = Node(
+            name=name,
+            partitions=(prior.partitions if prior else ()) + (part.rstrip("*"),),
+            cpus=int(cpus),
+            memory_mb=int(memory.rstrip("+")) if memory.rstrip("+").isdigit() else 0,
+            gpus=gpu_count(gres),
+            state=state,
+        )
+    return tuple(merged.values())

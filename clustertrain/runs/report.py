@@ -1,0 +1,75 @@
+"""What became of a job, and why it failed: one typed answer (:class:`Report`) from its state
+and its run folder, which ``status``, ``list``, the notebook and ``Job.status()`` all ask.
+
+The pieces are read where they are kept (timeline.py: attempts, progress, the headline metric;
+logs.py: the first failing rank, a hang, lost nodes); this module only gathers them, so that the
+next cause of failure is taught here once and every surface says it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clustertrain.files import printable
+from clustertrain.jobstate import JobState
+from clustertrain.runs import logs, timeline
+from clustertrain.runs.folder import Run
+
+
+@dataclass(frozen=True)
+class Report:
+    """A job as it stands: its ``state``, where training is (``progress``, while it runs), what
+    happened on the way (``notes``: qualification, stragglers, restarts), its ``headline``
+    metric once it ended, and for a job that did not complete, why (``hang``, ``failure``),
+    and the nodes it lost."""
+
+    state: JobState
+    progress: timeline.Progress | None = None
+    notes: tuple[str, ...] = ()
+    headline: timeline.Headline | None = None
+    hang: str | None = None
+    failure: logs.Failure | None = None
+    lost_nodes: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.state.finished and self.state.state != "COMPLETED"
+
+    def lines(self) -> list[str]:
+        """What ``status`` prints below the job's state, a line each."""
+        said = [self.progress.line()] if self.progress else []
+        said += list(self.notes)
+        said += [f"final {self.headline.text()}"] if self.headline else []
+        said += [self.hang] if self.hang else []
+        said += self.failure.lines() if self.failure else []
+        if self.lost_nodes:
+            when = (
+                "the job ended NODE_FAIL" if self.state.state == "NODE_FAIL"
+                else "in an earlier attempt"
+            )  # fmt: skip
+            said.append(
+                f"lost node(s): {' '.join(self.lost_nodes)} (Slurm declared them down; {when})"
+            )
+        return said
+
+
+def report(run: Run, state: JobState, warn: Callable[[str], None]) -> Report:
+    """``run``'s report, given its ``state`` now (from its backend); ``warn`` hears of what in
+    its run folder could not be read."""
+    found = run.events(warn)
+    attempts = timeline.attempts(found)
+    notes = [
+        printable(line) for line in (*timeline.qualification(found), *timeline.stragglers(found))
+    ]
+    notes += [restart.line() for restart in timeline.restarts(attempts)]
+    failed = state.finished and state.state != "COMPLETED"
+    return Report(
+        state=state,
+        progress=None if state.finished else timeline.progress(attempts, run.metric),
+        notes=tuple(notes),
+        headline=timeline.headline(found, run.metric) if state.finished else None,
+        hang=logs.hang(run) if failed else None,
+        failure=logs.first_failure(run) if failed else None,
+        lost_nodes=tuple(logs.lost_nodes(run)),
+    )
