@@ -1,9 +1,27 @@
-"""``clustertrain.checkpoint``, where training scripts import it from: it is
-:mod:`clustertrain.rank.checkpoint`, the very module (not a copy), so that what a script sets or
-patches there is seen by all."""
+"""``clustertrain.checkpoint``, as training scripts import it (``from clustertrain import
+checkpoint``): checkpoints that survive a kill at any moment (``Store``; Accelerate's
+``save_state`` folders).
 
-import sys
+The code is :mod:`clustertrain.rank.checkpoint`, the rank side's; these are its public names,
+the very objects, re-exported from that one real module so that type checkers see them.
+"""
 
-from clustertrain.rank import checkpoint
+from clustertrain.rank.checkpoint import (
+    KEEP,
+    Store,
+    gather,
+    latest_accelerator_state,
+    restore_rng,
+    rng_state,
+    save_accelerator_state,
+)
 
-sys.modules[__name__] = checkpoint
+__all__ = [
+    "KEEP",
+    "Store",
+    "gather",
+    "latest_accelerator_state",
+    "restore_rng",
+    "rng_state",
+    "save_accelerator_state",
+]

@@ -1,9 +1,57 @@
-"""``clustertrain.events``, where training scripts import it from: it is
-:mod:`clustertrain.rank.events`, the very module (not a copy), so that what a script sets or
-patches there is seen by all."""
+"""``clustertrain.events``, as training scripts import it (``from clustertrain import events``):
+the run folder's event log: one JSON line per event (``record`` for your script; ``read`` and
+``scan`` for readers).
 
-import sys
+The code is :mod:`clustertrain.rank.events`, the rank side's; these are its public names, the
+very objects, re-exported from that one real module so that type checkers see them.
+"""
 
-from clustertrain.rank import events
+from clustertrain.rank.events import (
+    CHECKPOINT,
+    ENDED,
+    FLAGGED,
+    HANG,
+    MAX_BYTES,
+    MAX_VALUES,
+    MILESTONES,
+    NAMES,
+    NODE_CHECK,
+    NODE_LOST,
+    QUALIFIED,
+    QUEUED,
+    REQUEUED,
+    RESTARTED,
+    SIGNAL,
+    STARTED,
+    STRAGGLER,
+    Event,
+    append,
+    read,
+    record,
+    scan,
+)
 
-sys.modules[__name__] = events
+__all__ = [
+    "CHECKPOINT",
+    "ENDED",
+    "Event",
+    "FLAGGED",
+    "HANG",
+    "MAX_BYTES",
+    "MAX_VALUES",
+    "MILESTONES",
+    "NAMES",
+    "NODE_CHECK",
+    "NODE_LOST",
+    "QUALIFIED",
+    "QUEUED",
+    "REQUEUED",
+    "RESTARTED",
+    "SIGNAL",
+    "STARTED",
+    "STRAGGLER",
+    "append",
+    "read",
+    "record",
+    "scan",
+]

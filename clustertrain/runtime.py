@@ -1,9 +1,33 @@
-"""``clustertrain.runtime``, where training scripts import it from: it is
-:mod:`clustertrain.rank.runtime`, the very module (not a copy), so that what a script sets or
-patches there is seen by all."""
+"""``clustertrain.runtime``, as training scripts import it (``from clustertrain import runtime``):
+what a training script calls to take part in a clustertrain job: the stop request agreed across
+ranks, the requeue handshake, heartbeats, metrics, milestones, the exit.
 
-import sys
+The code is :mod:`clustertrain.rank.runtime`, the rank side's; these are its public names, the
+very objects, re-exported from that one real module so that type checkers see them.
+"""
 
-from clustertrain.rank import runtime
+from clustertrain.rank.runtime import (
+    StopRequest,
+    compute,
+    finish,
+    heartbeat,
+    log_metrics,
+    milestone,
+    request_requeue,
+    requeue_file,
+    teardown,
+    time_forward,
+)
 
-sys.modules[__name__] = runtime
+__all__ = [
+    "StopRequest",
+    "compute",
+    "finish",
+    "heartbeat",
+    "log_metrics",
+    "milestone",
+    "request_requeue",
+    "requeue_file",
+    "teardown",
+    "time_forward",
+]
