@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from clustertrain import protocol
 from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, read_regular
-from clustertrain.jobstate import JOB_IDS, JobState
+from clustertrain.jobstate import JOB_IDS, Accounting, JobState
 from clustertrain.procs import start_time
 from clustertrain.render import (
     OFFLINE_ENV,
@@ -227,6 +228,20 @@ class LocalBackend(Backend):
         if self._running_here(run):
             return JobState(run.job_id, "RUNNING", NODE)
         return state(run.path, run.job_id)
+
+    def accounting(self, run: Run) -> Accounting | None:
+        """What this machine kept: the supervisor's end (state, exit code); no steps, no
+        measured use (no accounting daemon measures a local run)."""
+        found = self.state(run)
+        if not found.finished:
+            return None
+        return Accounting(run.job_id, found.state, found.exit_code)
+
+    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
+        """A local run's one node is this machine: the command itself."""
+        if node not in (None, NODE):
+            raise UserError(f"node: {node!r}: a local run has one node, {NODE}")
+        return list(argv)
 
     def cancel(self, run: Run) -> None:
         if self._running_here(run):

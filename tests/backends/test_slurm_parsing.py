@@ -181,3 +181,28 @@ def test_the_slurm_module_does_not_import_the_local_cluster() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "False\n"
+
+
+# sacct -j 42 -n -P -o JobID,State,ExitCode,ElapsedRaw,MaxRSS,TotalCPU, as Slurm 22.05 prints it
+# for a 2-node job: the job's own row, its batch step, its extern step and step 0.
+SACCT_ACCOUNTING = """\
+42|FAILED|1:0|40||00:51.230
+42.batch|FAILED|1:0|40|20528K|00:01.004
+42.extern|COMPLETED|0:0|40|1.5M|00:00.001
+42.0|FAILED|1:0|37|1G|01:02:50.219
+43.0|COMPLETED|0:0|5|1K|00:01
+"""
+
+
+def test_a_jobs_accounting_is_its_own_row_and_its_steps() -> None:
+    from clustertrain.backends.slurm import parse_accounting
+
+    found = parse_accounting("42", SACCT_ACCOUNTING)
+    assert found is not None
+    assert (found.state, found.exit_code, found.elapsed_s) == ("FAILED", "1:0", 40)
+    assert [s.step for s in found.steps] == ["batch", "extern", "0"]
+    assert [s.max_rss_kb for s in found.steps] == [20528, 1536, 1 << 20]
+    assert found.steps[2].total_cpu_s == 3770.219 and found.steps[0].total_cpu_s == 1.004
+    assert parse_accounting("44", SACCT_ACCOUNTING) is None  # no row of its own
+    said = parse_accounting("42", "42|COMPLETED|0:0|x|$(id)K|later\n")
+    assert said is not None and said.elapsed_s == 0 and said.steps == ()

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from .backend import SlurmBackend
 from .commands import Slurm, SlurmUnreachable, checked_job_id, slurm_environ
-from .parse import parse_nodes, parse_partitions, parse_sacct, parse_scontrol_job
+from .parse import (
+    parse_accounting,
+    parse_nodes,
+    parse_partitions,
+    parse_sacct,
+    parse_scontrol_job,
+)
 
 __all__ = [
     "Slurm",
     "SlurmBackend",
     "SlurmUnreachable",
     "checked_job_id",
+    "parse_accounting",
     "parse_nodes",
     "parse_partitions",
     "parse_sacct",

@@ -3,13 +3,15 @@ preflight's (the cluster's limits) and the files the job names."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from clustertrain.backends.base import Backend
-from clustertrain.jobstate import JOB_IDS, JobState
+from clustertrain.jobstate import JOB_IDS, Accounting, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
 from . import preflight as preflight_checks
-from .commands import Slurm
+from .commands import Slurm, checked_job_id
 
 
 class SlurmBackend(Backend):
@@ -39,3 +41,14 @@ class SlurmBackend(Backend):
 
     def cancel(self, run: Run) -> None:
         self.slurm.cancel(run.job_id)
+
+    def accounting(self, run: Run) -> Accounting | None:
+        return self.slurm.accounting(run.job_id)
+
+    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
+        """``srun`` into the job's allocation beside its steps (``--overlap``), one task on
+        each node (or on ``node``); Slurm's own configuration, as every other call."""
+        words = ["srun", f"--jobid={checked_job_id(run.job_id)}", "--overlap"]
+        words += ["--ntasks-per-node=1"]
+        words += [f"--nodelist={node}", "--nodes=1", "--ntasks=1"] if node else []
+        return [*words, "--", *argv]

@@ -19,13 +19,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clustertrain.errors import UserError
-from clustertrain.jobstate import JOB_ID, JobState
+from clustertrain.jobstate import JOB_ID, Accounting, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.render.container import APPTAINER
 from clustertrain.spec.fields import CONTAINER_RUNTIMES
 
 from .cluster_info import ClusterInfo
-from .parse import parse_nodes, parse_partitions, parse_sacct, parse_scontrol_job
+from .parse import (
+    ACCOUNTING_FIELDS,
+    parse_accounting,
+    parse_nodes,
+    parse_partitions,
+    parse_sacct,
+    parse_scontrol_job,
+)
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -224,6 +231,14 @@ class Slurm:
     def cancel_all(self, job_ids: Sequence[str]) -> None:
         if job_ids:
             self._call("scancel", *job_ids)
+
+    def accounting(self, job_id: str) -> Accounting | None:
+        """What slurmdbd recorded of the job and its steps; None without accounting (a
+        cluster with no slurmdbd) or before it knows the job."""
+        done = self._call(
+            "sacct", "-j", checked_job_id(job_id), "-n", "-P", "-o", ACCOUNTING_FIELDS
+        )  # fmt: skip
+        return parse_accounting(job_id, done.stdout) if done.returncode == 0 else None
 
     def accounting_works(self) -> bool:
         return self._call("sacct", "--noheader", "-X", "--starttime", "now").returncode == 0

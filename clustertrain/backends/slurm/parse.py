@@ -1,13 +1,13 @@
 """What Slurm's commands print, read: pure functions from their output to clustertrain's types
-(scontrol's job records, sacct's rows, sinfo's partitions and nodes). The calls are beside, in
-``commands.py``; a test feeds these recorded output.
+(scontrol's job records, sacct's rows and a job's accounting, sinfo's partitions and nodes).
+The calls are beside, in ``commands.py``; a test feeds these recorded output.
 """
 
 from __future__ import annotations
 
 import re
 
-from clustertrain.jobstate import TERMINAL_STATES, JobState
+from clustertrain.jobstate import TERMINAL_STATES, Accounting, JobState, StepUsage
 from clustertrain.spec.fields import time_seconds
 
 from .cluster_info import Node, Partition, gpu_count
@@ -121,3 +121,62 @@ def parse_nodes(text: str) -> tuple[Node, ...]:
             state=state,
         )
     return tuple(merged.values())
+
+
+# sacct's fields for a job's accounting, in this order (``sacct -P -n -o ...``).
+ACCOUNTING_FIELDS = "JobID,State,ExitCode,ElapsedRaw,MaxRSS,TotalCPU"
+_RSS_UNITS = {"K": 1, "M": 1 << 10, "G": 1 << 20, "T": 1 << 30}
+# TotalCPU: [DD-][HH:]MM:SS[.mmm]
+_CPU_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.(\d+))?")
+
+
+def parse_accounting(job_id: str, text: str) -> Accounting | None:
+    """Parse ``sacct -P -n -o JobID,State,ExitCode,ElapsedRaw,MaxRSS,TotalCPU`` for
+    ``job_id``: the job's own row, then each of its steps' (``N.batch``, ``N.0``...). None when
+    sacct has no row of the job itself."""
+    rows = [line.split("|") for line in text.splitlines() if line.strip()]
+    rows = [row + [""] * (6 - len(row)) for row in rows if len(row) <= 6]
+    own = next((row for row in rows if row[0] == job_id), None)
+    if own is None:
+        return None
+    steps = tuple(
+        StepUsage(
+            step=row[0].removeprefix(f"{job_id}."),
+            state=row[1].split(" ")[0] or "UNKNOWN",
+            exit_code=row[2],
+            elapsed_s=int(row[3]) if row[3].isdigit() else 0,
+            max_rss_kb=_rss_kb(row[4]),
+            total_cpu_s=_cpu_seconds(row[5]),
+        )
+        for row in rows
+        if row[0].startswith(f"{job_id}.")
+    )
+    return Accounting(
+        job_id=job_id,
+        state=own[1].split(" ")[0] or "UNKNOWN",
+        exit_code=own[2],
+        elapsed_s=int(own[3]) if own[3].isdigit() else 0,
+        steps=steps,
+    )
+
+
+def _rss_kb(text: str) -> int | None:
+    """sacct's MaxRSS (``1234K``, ``12.5M``, a bare number of bytes); None where unmeasured."""
+    if not text:
+        return None
+    unit = _RSS_UNITS.get(text[-1].upper())
+    number = text[:-1] if unit else text
+    try:
+        value = float(number)
+    except ValueError:
+        return None
+    return int(value * unit) if unit else int(value) // 1024
+
+
+def _cpu_seconds(text: str) -> float | None:
+    found = _CPU_TIME.fullmatch(text)
+    if not found:
+        return None
+    days, hours, minutes, seconds, fraction = found.groups()
+    whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    return whole + (float(f"0.{fraction}") if fraction else 0.0)
