@@ -9,6 +9,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from clustertrain import runs
@@ -52,7 +53,7 @@ def plan(
     return dataclasses.replace(job, excluded=excluded)
 
 
-def _without_bad_nodes(spec: JobSpec, root: Any) -> tuple[JobSpec, tuple[str, ...]]:
+def _without_bad_nodes(spec: JobSpec, root: Path) -> tuple[JobSpec, tuple[str, ...]]:
     """``spec`` excluding the nodes your node record holds (unless it says ``avoid_bad_nodes:
     false``), and a line for each, saying why."""
     if not spec.avoid_bad_nodes:

@@ -32,10 +32,6 @@ class Report:
     failure: logs.Failure | None = None
     lost_nodes: tuple[str, ...] = ()
 
-    @property
-    def failed(self) -> bool:
-        return self.state.finished and self.state.state != "COMPLETED"
-
     def lines(self) -> list[str]:
         """What ``status`` prints below the job's state, a line each."""
         said = [self.progress.line()] if self.progress else []
