@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def build(root: Path, records: int) -> runs.Run:
     job = render(build_spec(nodes=2), str(runs.new_run_dir(root, "bench-plot")), "/w")
     runs.write_run_files(job)
-    run = runs.record_submission(job, "77")
-    t, lines, per_attempt = time.time(), [], records // 3 + 1
+    run = runs.record_submission(job, "77", "slurm")
+    t, per_attempt = time.time(), records // 3 + 1
+    lines: list[tuple[float, str, int, dict[str, object]]] = []
     steps, epoch_steps = 0, 1000
     for attempt in range(3):
         t += 30

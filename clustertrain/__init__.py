@@ -5,9 +5,15 @@ and ``clustertrain.notebook_launcher(fn, args)`` a notebook's call (:mod:`cluste
 they are imported on first use, so a rank importing ``clustertrain.runtime`` pays nothing for them.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clustertrain.version import __version__ as __version__
+
+if TYPE_CHECKING:  # what a type checker reads; at run time, __getattr__ below imports them
+    from clustertrain.api import Job as Job
+    from clustertrain.api import plan as plan
+    from clustertrain.api import submit as submit
+    from clustertrain.notebook import notebook_launcher as notebook_launcher
 
 __all__ = ["Job", "notebook_launcher", "plan", "submit"]
 
