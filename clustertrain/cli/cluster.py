@@ -47,6 +47,12 @@ def cluster() -> None:
     help="22.05: this host's packages (Debian 12); 24.11: Debian 13's, from a root filesystem "
     "made once with mmdebstrap (its commands: export the PATH printed). Checked by the layout.",
 )
+@click.option(
+    "--no-accounting",
+    is_flag=True,
+    help="No slurmdbd and MariaDB: finished jobs only in Slurm's job-completion log, as at "
+    "sites without accounting (saves a few seconds at up).",
+)
 def up(
     nodes: int,
     cpus_per_node: int | None,
@@ -54,6 +60,7 @@ def up(
     network: str,
     slurmd_timeout: int,
     slurm: str,
+    no_accounting: bool,
 ) -> None:
     """Install Slurm if needed and start a controller and one slurmd per node."""
 
@@ -67,6 +74,7 @@ def up(
         network=network,
         slurmd_timeout_s=slurmd_timeout,
         slurm=slurm,
+        accounting=not no_accounting,
     )
     conf = local.up(layout)
     if slurm != local.SLURM_DEFAULT:  # its commands, not this host's (the line before the last)
@@ -84,16 +92,44 @@ def down() -> None:
 
 @cluster.command(
     epilog="\b\nExamples:\n  clustertrain cluster fail node2\n"
-    "  clustertrain cluster fail node2 --cut-link"
+    "  clustertrain cluster fail node2 --cut-link\n  clustertrain cluster fail controller\n"
+    "  clustertrain cluster fail accounting"
 )
 @click.argument("node")
 @click.option("--cut-link", is_flag=True, help="Cut its network link instead of killing it.")
 def fail(node: str, cut_link: bool) -> None:
     """Make NODE disappear mid-job (its slurmd and every process on it killed), to see what a
-    job does then; `cluster up` restarts the cluster afresh."""
+    job does then; `cluster up` restarts the cluster afresh. `controller` stops slurmctld,
+    `accounting` slurmdbd (by PID): `cluster heal` starts it again."""
     from clustertrain import localcluster as local
 
+    if node in local.SERVICES:
+        click.echo(local.stop_service(local.default_state_dir(), node))
+        return
     click.echo(local.fail_node(local.default_state_dir(), node, cut_link))
+
+
+@cluster.command(
+    epilog="\b\nExamples:\n  clustertrain cluster restart controller\n"
+    "  clustertrain cluster restart accounting"
+)
+@click.argument("service", type=click.Choice(["controller", "accounting"]))
+def restart(service: str) -> None:
+    """Stop SERVICE (controller: slurmctld, accounting: slurmdbd) and start it again, as a
+    site's upgrade does; running jobs carry on."""
+    from clustertrain import localcluster as local
+
+    click.echo(local.restart_service(local.default_state_dir(), service))
+
+
+@cluster.command(name="add-user", epilog="\b\nExample:\n  clustertrain cluster add-user alice")
+@click.argument("user")
+def add_user(user: str) -> None:
+    """Register USER (a user of this machine) with the cluster's accounting, as a site's
+    admin does for a newcomer (sacctmgr add user)."""
+    from clustertrain import localcluster as local
+
+    click.echo(local.add_user(local.default_state_dir(), user))
 
 
 @cluster.command(
@@ -114,9 +150,13 @@ def degrade(node: str, link_rate: str | None, cpu: str | None) -> None:
 @cluster.command(epilog="\b\nExample:\n  clustertrain cluster heal node3")
 @click.argument("node")
 def heal(node: str) -> None:
-    """Undo `cluster degrade NODE`."""
+    """Undo `cluster degrade NODE`; `controller` or `accounting`: start again what `cluster
+    fail` stopped."""
     from clustertrain import localcluster as local
 
+    if node in local.SERVICES:
+        click.echo(local.start_service(local.default_state_dir(), node))
+        return
     click.echo(local.heal(local.default_state_dir(), node))
 
 

@@ -18,10 +18,18 @@ systemd. Why each setting: the comments beside it in ``slurm_conf.py`` and
   faults.py     a node failed (killed, its link cut) or made slow (tbf, a CPU quota), healed
   rootfs.py     Slurm 24.11 beside this host's 22.05: Debian 13's, from a root filesystem
   apt.py        the Debian packages it needs, installed without starting their daemons
+  accounting.py slurmdbd on MariaDB (sacct, as sites have it), or none (--no-accounting)
+  readiness.py  each daemon ready before the next starts; every node idle before up returns
+  control.py    the control plane failed and started again: slurmctld, slurmdbd
+  modules.py    environment modules (Debian's Lmod) on the nodes, as sites load CUDA
 """
 
 from __future__ import annotations
 
+from .control import SERVICES, add_user
+from .control import restart as restart_service
+from .control import start as start_service
+from .control import stop as stop_service
 from .faults import degrade, heal
 from .faults import fail as fail_node
 from .layout import SLURM_DEFAULT, SLURM_VERSIONS, Layout, clients_dir, default_state_dir
@@ -37,9 +45,11 @@ from .slurm_conf import (
 )
 
 __all__ = [
+    "SERVICES",
     "SLURM_DEFAULT",
     "SLURM_VERSIONS",
     "Layout",
+    "add_user",
     "clients_dir",
     "current_layout",
     "default_state_dir",
@@ -55,6 +65,9 @@ __all__ = [
     "render_node_hosts",
     "render_node_resolv",
     "render_slurm_conf",
+    "restart_service",
+    "start_service",
     "status",
+    "stop_service",
     "up",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from clustertrain.procs import proc_stat, start_time
 
-from . import login, netns, rootfs
+from . import accounting, login, netns, rootfs
 from .layout import (
     SLURM_DEFAULT,
     Layout,
@@ -59,10 +59,11 @@ def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
         f"--seed-file={munge / 'seed'}",
         f"--log-file={d / 'log' / 'munged.log'}",
     ]
-    found = [
-        ("munged", munged),
-        ("slurmctld", _slurm_daemon(layout, ["slurmctld", "-D", "-f", conf])),
-    ]
+    found = [("munged", munged)]
+    if layout.accounting:  # the database, then slurmdbd: slurmctld registers with it
+        found.append(("mariadb", _mariadb(d)))
+        found.append(("slurmdbd", _slurm_daemon(layout, ["slurmdbd", "-D"])))
+    found.append(("slurmctld", _slurm_daemon(layout, ["slurmctld", "-D", "-f", conf])))
     if layout.network == "namespaces":
         dnsmasq = [
             which("dnsmasq") or "dnsmasq",
@@ -81,6 +82,25 @@ def commands(layout: Layout, names: netns.Names) -> list[tuple[str, list[str]]]:
         argv = netns.enter(names, login.NAME, hosts_file(d, login.NAME), resolv_file(d), sshd)
         found.append((f"sshd-{login.NAME}", argv))
     return found
+
+
+def _mariadb(state_dir: Path) -> list[str]:
+    """MariaDB's server for slurmdbd, in the foreground, on a Unix socket only (no TCP port),
+    small: a handful of jobs (clustertrain.localcluster.accounting)."""
+    return [
+        which("mariadbd") or "mariadbd",
+        "--no-defaults",
+        f"--datadir={accounting.db_dir(state_dir)}",
+        f"--socket={accounting.db_socket(state_dir)}",
+        "--skip-networking",
+        f"--pid-file={state_dir / 'run' / 'mariadb.pid'}",
+        "--user=root",
+        f"--log-error={state_dir / 'log' / 'mariadb.log'}",
+        "--skip-log-bin",
+        "--innodb-buffer-pool-size=64M",
+        # slurmdbd's own advice (its log says so otherwise): long lock waits while it rolls up.
+        "--innodb-lock-wait-timeout=900",
+    ]
 
 
 def _slurm_daemon(layout: Layout, argv: list[str]) -> list[str]:

@@ -42,6 +42,9 @@ class Layout:
     # Which Slurm runs it: this host's packages (22.05), or 24.11 from a root filesystem of
     # Debian 13 (clustertrain.localcluster.rootfs).
     slurm: str = SLURM_DEFAULT
+    # Slurm's accounting as sites run it (slurmdbd on MariaDB, clustertrain.localcluster
+    # .accounting); False: the job-completion log only, as at sites without slurmdbd.
+    accounting: bool = True
 
     def __post_init__(self) -> None:
         for name, low, high in [
@@ -49,7 +52,7 @@ class Layout:
             ("cpus_per_node", 1, 1024),
             ("gpus_per_node", 0, 64),
             ("memory_mb_per_node", 1, 1 << 24),
-            ("base_port", 1024, 65535 - self.nodes),
+            ("base_port", 1024, 65535 - self.nodes - 1),
             ("slurmd_timeout_s", 10, 3600),
         ]:
             value = getattr(self, name)
@@ -79,7 +82,13 @@ class Layout:
 
     @property
     def ports(self) -> list[int]:
-        return [self.base_port + k for k in range(self.nodes + 1)]
+        """slurmctld's, each node's slurmd's, then slurmdbd's (with accounting)."""
+        count = self.nodes + 1 + (1 if self.accounting else 0)
+        return [self.base_port + k for k in range(count)]
+
+    @property
+    def dbd_port(self) -> int:
+        return self.base_port + self.nodes + 1
 
     @property
     def prefix_length(self) -> int:
@@ -115,6 +124,7 @@ class Layout:
         return (
             f"{self.nodes} nodes x {self.cpus_per_node} CPUs, {self.gpus_per_node} GPUs, "
             f"{self.memory_mb_per_node} MB, {self.network} network, Slurm {self.slurm}"
+            + ("" if self.accounting else ", no accounting")
         )
 
 

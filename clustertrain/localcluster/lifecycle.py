@@ -12,10 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from clustertrain.backends.remote import ssh
-from clustertrain.backends.slurm import Slurm
 from clustertrain.errors import UserError
 
-from . import apt, daemons, faults, login, netns, rootfs
+from . import accounting, apt, daemons, faults, login, modules, netns, readiness, rootfs
 from .layout import (
     SLURM_DEFAULT,
     Layout,
@@ -45,7 +44,6 @@ HOSTS_FILE = Path("/etc/hosts")
 RUN_SSHD = Path("/run/sshd")
 # Each node's resolv.conf is bound over this file in its mount namespace; it must exist.
 RESOLV_FILE = Path("/etc/resolv.conf")
-UP_TIMEOUT_S = 60.0
 
 
 def current_layout(state_dir: Path) -> Layout | None:
@@ -63,8 +61,8 @@ def local_slurm_conf() -> Path | None:
 
 
 def _ensure_packages() -> None:
-    programs = ("munged", "slurmctld", "slurmd", "sinfo", "runc", "dnsmasq", "sshd")
-    if all(daemons.which(p) for p in programs):
+    programs = ("munged", "slurmctld", "slurmd", "sinfo", "runc", "dnsmasq", "sshd", "slurmdbd")
+    if all(daemons.which(p) for p in [*programs, "mariadbd"]) and modules.installed():
         return
     if not daemons.which("apt-get"):
         raise UserError(
@@ -75,7 +73,10 @@ def _ensure_packages() -> None:
     # dnsmasq-base: the namespace network's name server, without the package that would make
     # it the system's (its service and /etc/dnsmasq.conf).
     # openssh-server: the login node's sshd (its service stays off: apt.install's policy-rc.d).
-    apt.install(["slurm-wlm", "munge", "runc", "dnsmasq-base", "openssh-server"])
+    # mariadb-server, slurmdbd: accounting (accounting.py); lmod: environment modules, as
+    # sites load CUDA and NCCL (modules.py). Installed whether or not this cluster uses them.
+    apt.install(["slurm-wlm", "munge", "runc", "dnsmasq-base", "openssh-server"]
+                + accounting.PACKAGES + modules.PACKAGES)  # fmt: skip
 
 
 def _check_machine(layout: Layout) -> None:
@@ -145,6 +146,7 @@ def _prepare(layout: Layout, controller: str) -> None:
         (d / "cgroup.conf").write_text(rootfs.cgroup_conf(layout.slurm) or "")
     (d / "gres.conf").write_text(render_gres_conf(layout))
     (d / "oci.conf").write_text(render_oci_conf(layout))
+    accounting.prepare(layout, controller)
     if layout.network == "namespaces":
         (d / "hosts").mkdir(exist_ok=True)
         for host in layout.host_addresses:
@@ -152,32 +154,6 @@ def _prepare(layout: Layout, controller: str) -> None:
         login.prepare(layout)
         resolv_file(d).write_text(render_node_resolv(layout))
         dns_conf(d).write_text(render_dns_conf(layout, controller))
-
-
-def _wait_until_idle(layout: Layout, record: dict) -> None:
-    deadline = time.monotonic() + UP_TIMEOUT_S
-    states: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        dead = [p for p in record["processes"] if not daemons.alive(p)]
-        if dead:
-            raise UserError(
-                f"{dead[0]['name']} exited during start-up; {daemons.tail(dead[0]['log'])}"
-            )
-        states = _slurm(layout.state_dir).node_states()
-        if states and all(states.get(n) == "idle" for n in layout.node_names):
-            return
-        time.sleep(0.2)
-    if not states:
-        raise UserError(
-            f"slurmctld did not answer within {UP_TIMEOUT_S:.0f} s; "
-            f"{daemons.tail(layout.state_dir / 'log' / 'slurmctld.log')}"
-        )
-    node = next(n for n in layout.node_names if states.get(n) != "idle")
-    log = layout.state_dir / "log" / f"slurmd-{node}.log"
-    raise UserError(
-        f"{node} is {states.get(node, 'missing')}, not idle, after "
-        f"{UP_TIMEOUT_S:.0f} s; {daemons.tail(log)}"
-    )
 
 
 def up(layout: Layout) -> str:
@@ -220,15 +196,15 @@ def up(layout: Layout) -> str:
     if record["run_sshd"]:
         RUN_SSHD.mkdir(mode=0o755)
     env = {**os.environ, "SLURM_CONF": str(conf_path(d)), daemons.CLUSTER_ID_VAR: record["id"]}
+    env.update(accounting.daemon_env(d))
     try:
         if layout.network == "namespaces":
             netns.create(layout, names)
         for name, argv in to_start:
             record["processes"].append(daemons.spawn(name, argv, d / "log" / f"{name}.log", env))
             daemons.write_record(d, record)
-            if name == "munged":
-                _wait_for_munge(d, record["processes"][0])
-        _wait_until_idle(layout, record)
+            readiness.after_start(name, layout, record["processes"][-1])
+        readiness.wait_until_idle(layout, record)
         if layout.network == "namespaces":
             sshd = record["processes"][-1]
             login.wait_listening(layout, lambda: daemons.alive(sshd))
@@ -240,30 +216,13 @@ def up(layout: Layout) -> str:
     return str(conf_path(d))
 
 
-def _wait_for_munge(state_dir: Path, proc: dict) -> None:
-    deadline = time.monotonic() + 10
-    while not munge_socket(state_dir).exists():
-        if not daemons.alive(proc) or time.monotonic() > deadline:
-            raise UserError(
-                f"munged did not start; {daemons.tail(state_dir / 'log' / 'munged.log')}"
-            )
-        time.sleep(0.05)
-
-
 def _names(record: dict) -> netns.Names:
     return faults.names_of(record)
 
 
-def _slurm(state_dir: Path) -> Slurm:
-    """Slurm's commands, bound to this cluster's slurm.conf (and its Slurm's, when that is not
-    this host's)."""
-    clients = clients_dir(state_dir)
-    return Slurm(conf=conf_path(state_dir), bin_dir=clients if clients.is_dir() else None)
-
-
 def _cancel_jobs(state_dir: Path) -> None:
     """Cancel every job while slurmd still runs, so their steps end the ordinary way."""
-    slurm = _slurm(state_dir)
+    slurm = readiness.slurm(state_dir)
     jobs = slurm.job_ids()
     if not jobs:
         return
@@ -307,6 +266,7 @@ def down(state_dir: Path) -> None:
     conf_path(state_dir).unlink(missing_ok=True)
     (state_dir / "oci.conf").unlink(missing_ok=True)
     (state_dir / "cgroup.conf").unlink(missing_ok=True)
+    accounting.remove(state_dir)
     shutil.rmtree(clients_dir(state_dir), ignore_errors=True)
     dns_conf(state_dir).unlink(missing_ok=True)
     resolv_file(state_dir).unlink(missing_ok=True)
@@ -348,7 +308,7 @@ def status(state_dir: Path) -> str:
         return f"local cluster: down (nothing recorded in {state_dir})"
     layout = daemons.record_layout(record)
     alive = {p["name"]: daemons.alive(p) for p in record["processes"]}
-    nodes = _slurm(state_dir).node_states() if alive.get("slurmctld") else {}
+    nodes = readiness.slurm(state_dir).node_states() if alive.get("slurmctld") else {}
     health = "up" if daemons.healthy(record) else "degraded (`cluster up` restarts it)"
     head = f"local cluster: {health}, {layout.describe()}; export SLURM_CONF={conf_path(state_dir)}"
     where = (

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from clustertrain.errors import UserError
 
-from . import apt
+from . import apt, modules
 from .layout import SLURM_DEFAULT
 
 # version: (Debian suite, the packages the root filesystem holds). libffi8: the host's Python
@@ -47,9 +47,12 @@ _PACKAGES = (
     "iproute2",
     "procps",
     "runc",
+    "slurmdbd",
+    "lmod",
 )
 # Slurm's commands, as clients on the host (and anywhere PATH leads to <state dir>/bin).
-CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "sacct", "srun", "salloc", "sstat")
+CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "sacct", "srun", "salloc", "sstat",
+           "sacctmgr")  # fmt: skip
 # The host's top-level folders a node does not bind: the root filesystem's own system.
 _SYSTEM = {"bin", "boot", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr", "var", "run",
            "proc", "sys", "dev", "lost+found"}  # fmt: skip
@@ -100,8 +103,10 @@ def cgroup_conf(version: str) -> str | None:
 
 
 def holds(base: Path, version: str) -> bool:
-    """Whether ``base`` is a root filesystem whose slurmctld is Slurm ``version``."""
-    if not (base / "usr" / "sbin" / "slurmctld").is_file():
+    """Whether ``base`` is a root filesystem whose slurmctld is Slurm ``version``, with every
+    program the cluster runs from it (an older cache may lack slurmdbd or Lmod)."""
+    needed = [base / "usr" / "sbin" / name for name in ("slurmctld", "slurmd", "slurmdbd")]
+    if not all(path.is_file() for path in needed) or not modules.installed(base):
         return False
     said = subprocess.run(
         ["chroot", str(base), "/usr/sbin/slurmctld", "-V"], capture_output=True, text=True,

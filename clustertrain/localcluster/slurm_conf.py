@@ -10,7 +10,7 @@ from __future__ import annotations
 from clustertrain.render.templates import CLUSTER_TEMPLATES as TEMPLATES
 from clustertrain.render.templates import render_template
 
-from . import rootfs
+from . import accounting, rootfs
 from .layout import Layout, conf_path, dns_conf, gpu_files, munge_socket
 
 HOSTS_BEGIN = "# BEGIN clustertrain local cluster"
@@ -70,11 +70,7 @@ def _settings(layout: Layout, controller: str) -> Line:
         ("SlurmdParameters", "config_overrides"),
         # Batch jobs start in 1-3 s instead of ~10 s.
         ("SchedulerParameters", "batch_sched_delay=0"),
-        # No slurmdbd: finished jobs are known from this file (sacct --completion reads it).
-        ("AccountingStorageType", "accounting_storage/none"),
-        ("JobAcctGatherType", "jobacct_gather/none"),
-        ("JobCompType", "jobcomp/filetxt"),
-        ("JobCompLoc", str(d / "spool" / "jobcomp.log")),
+        *accounting.slurm_conf_lines(layout),
         ("JobRequeue", "1"),
         ("ReturnToService", "2"),
         ("SlurmctldTimeout", "30"),
@@ -104,7 +100,7 @@ def _nodes(layout: Layout) -> list[Line]:
         + ([("Gres", f"gpu:{layout.gpus_per_node}")] if layout.gpus_per_node else [])
         + [("State", "UNKNOWN")]
         for (name, address), port in zip(
-            layout.node_addresses.items(), layout.ports[1:], strict=True
+            layout.node_addresses.items(), layout.ports[1 : layout.nodes + 1], strict=True
         )
     ]
 

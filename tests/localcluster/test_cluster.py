@@ -111,9 +111,12 @@ def test_namespace_nodes_get_the_name_server_and_loopback_nodes_the_hosts(tmp_pa
     layout = cluster.Layout(nodes=2, state_dir=tmp_path)
     names = Names("0123456789abcdef", layout.node_names)
     started = dict(daemons.commands(layout, names))
+    # The database, then slurmdbd, before slurmctld: it registers with slurmdbd as it starts.
     assert list(started) == [
-        "munged", "slurmctld", "dnsmasq", "slurmd-node1", "slurmd-node2", "sshd-login",
+        "munged", "mariadb", "slurmdbd", "slurmctld", "dnsmasq", "slurmd-node1", "slurmd-node2",
+        "sshd-login",
     ]  # fmt: skip
+    assert "--skip-networking" in started["mariadb"]  # a Unix socket only: no port of its own
     sshd = started["sshd-login"]
     assert sshd[sshd.index("-c") + 2] == "login"  # its own hostname, hosts file and resolv.conf
     assert sshd[-5:] == [sshd[-5], "-D", "-e", "-f", f"{tmp_path}/ssh/sshd_config"]
@@ -128,7 +131,7 @@ def test_namespace_nodes_get_the_name_server_and_loopback_nodes_the_hosts(tmp_pa
     ]
     assert slurmd[-6:] == [slurmd[-6], "-D", "-N", "node2", "-f", f"{tmp_path}/slurm.conf"]
     # On 127.0.0.1 every node is this host: its own resolver answers, as for any process here.
-    loopback = cluster.Layout(nodes=2, network="loopback", state_dir=tmp_path)
+    loopback = cluster.Layout(nodes=2, network="loopback", state_dir=tmp_path, accounting=False)
     assert [name for name, _ in daemons.commands(loopback, names)] == [
         "munged",
         "slurmctld",
@@ -398,7 +401,7 @@ def _private(tmp_path: Path, nodes: int, subnet: str) -> cluster.Layout:
         pytest.skip("needs root and the local cluster's packages (clustertrain cluster up)")
     return cluster.Layout(
         nodes=nodes, cpus_per_node=1, gpus_per_node=0, base_port=18817, subnet=subnet,
-        state_dir=tmp_path / "cluster",
+        state_dir=tmp_path / "cluster", accounting=False,  # a site without slurmdbd, tested too
     )  # fmt: skip
 
 
