@@ -18,6 +18,7 @@ flags are; a bad value raises :class:`clustertrain.errors.FieldError`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from clustertrain.backends.remote import RemoteBackend
     from clustertrain.backends.slurm import Slurm
     from clustertrain.jobstate import Accounting, JobState
+    from clustertrain.runs.folderstate import Answer
     from clustertrain.runs.report import Report
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "run_local",
     "schedule",
     "slurm",
+    "slurm_conf_hint",
     "submit",
     "submit_words",
 ]
@@ -224,6 +227,22 @@ def slurm() -> Slurm:
     return Slurm()
 
 
+def slurm_conf_hint(message: str) -> str:
+    """Slurm's ``message``, and where it says Slurm found no configuration while the local
+    cluster is up, the ``SLURM_CONF`` to export for it."""
+    from clustertrain.backends.slurm import lacks_configuration  # lazy: start-up time
+
+    if not lacks_configuration(message):
+        return message
+    from clustertrain.localcluster.lifecycle import local_slurm_conf  # lazy: start-up time
+
+    try:
+        conf = local_slurm_conf()
+    except (OSError, ValueError, KeyError, TypeError):  # a state.json not as `up` writes it
+        return message
+    return f"{message}; the local cluster is up: export SLURM_CONF={conf}" if conf else message
+
+
 def backend_for(run: runs.Run) -> Backend:
     """The backend that answers for ``run`` (:func:`clustertrain.backends.for_run`)."""
     return backends.for_run(run)
@@ -273,8 +292,18 @@ class Job:
         return self.job_state().state
 
     def job_state(self) -> JobState:
-        """State, nodes, elapsed time and restarts, as the backend reports them now."""
-        return self.backend.state(self.run)
+        """State, nodes, elapsed time and restarts, as the backend reports them now; where it
+        cannot be reached (Slurm's controller down), as the run folder says (its ``source``
+        then says "run folder": see :mod:`clustertrain.runs.folderstate`)."""
+        return self._ask().state
+
+    def _ask(self) -> Answer:
+        from clustertrain.runs import folderstate  # lazy: start-up time
+
+        answer = folderstate.ask(self.run, lambda: self.backend.state(self.run))
+        if answer.unreachable is None:
+            return answer
+        return dataclasses.replace(answer, unreachable=slurm_conf_hint(answer.unreachable))
 
     def wait(self, timeout: float | None = None, poll_s: float = 3.0) -> str:
         """Block until the job ends (or ``timeout`` seconds pass); return the state then."""
@@ -321,7 +350,8 @@ class Job:
         its run folder could not be read."""
         from clustertrain.runs.report import report  # lazy: start-up time
 
-        return report(self.run, self.job_state(), warn or (lambda _: None))
+        answer = self._ask()
+        return report(self.run, answer.state, warn or (lambda _: None), answer.unreachable)
 
     def accounting(self) -> Accounting | None:
         """What the backend's accounting recorded of the job (Slurm: sacct), or None."""

@@ -21,3 +21,9 @@ class FieldError(UserError):
         # quoted, so a newline or an escape in it never splits or colours the one line.
         name = field if field.isprintable() else repr(field)
         super().__init__(f"{name}: invalid value {shown}; {valid}")
+
+
+class SchedulerUnreachable(UserError):
+    """The scheduler cannot be asked at all (no controller, no configuration, no commands): no
+    word about any job. What a job's run folder says still stands
+    (:mod:`clustertrain.runs.folderstate`)."""

@@ -40,6 +40,14 @@ TERMINAL_STATES = frozenset(
 )
 
 
+# Where a state came from (JobState.source): Slurm's controller (scontrol), its accounting
+# (sacct, or its completion log) once the controller has forgotten the job, the run folder's
+# events when Slurm cannot be asked at all (clustertrain.runs.folderstate), a local run's
+# supervisor (local.json).
+SLURM, SACCT, RUN_FOLDER, LOCAL = "slurm", "sacct", "run folder", "local"
+SOURCES = (SLURM, SACCT, RUN_FOLDER, LOCAL)
+
+
 @dataclass(frozen=True)
 class JobState:
     job_id: str
@@ -51,6 +59,7 @@ class JobState:
     reason: str = ""
     # A job array's tasks (number, state); empty for a job or one task.
     tasks: tuple[tuple[int, str], ...] = ()
+    source: str = SLURM  # one of SOURCES
 
     @property
     def finished(self) -> bool:
@@ -93,8 +102,11 @@ class JobState:
         tasks = data.get("tasks", [])
         if not isinstance(tasks, list) or not all(_task(task) for task in tasks):
             raise ValueError("bad tasks")
+        source = data.get("source", SLURM)
+        if source not in SOURCES:
+            raise ValueError(f"bad source {source!r:.40}")
         found = tuple((int(n), str(s)) for n, s in tasks)
-        return cls(job_id, state, restarts=restarts, tasks=found, **texts)
+        return cls(job_id, state, restarts=restarts, tasks=found, source=source, **texts)
 
 
 def _task(task: Any) -> bool:

@@ -26,7 +26,7 @@ from clustertrain import protocol
 from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, read_regular
-from clustertrain.jobstate import JOB_IDS, Accounting, JobState
+from clustertrain.jobstate import JOB_IDS, LOCAL, Accounting, JobState
 from clustertrain.procs import start_time
 from clustertrain.render import (
     OFFLINE_ENV,
@@ -94,11 +94,12 @@ def state(run_dir: Path, job_id: str) -> JobState:
     if isinstance(code, int) and not isinstance(code, bool):
         cancelled = record.get("cancelled") is True
         name = "CANCELLED" if cancelled else "COMPLETED" if code == 0 else "FAILED"
-        return JobState(job_id, name, NODE, exit_code=f"{code}:0")
+        return JobState(job_id, name, NODE, exit_code=f"{code}:0", source=LOCAL)
     if isinstance(pid, int) and started is not None and _supervises(pid, started, run_dir):
-        return JobState(job_id, "RUNNING", NODE)
+        return JobState(job_id, "RUNNING", NODE, source=LOCAL)
     # The supervisor is gone without recording an end: killed (SIGKILL, a reboot).
-    return JobState(job_id, "FAILED", NODE, reason="the local supervisor ended without a record")
+    reason = "the local supervisor ended without a record"
+    return JobState(job_id, "FAILED", NODE, reason=reason, source=LOCAL)
 
 
 def _supervises(pid: int, started: object, run_dir: Path) -> bool:
@@ -226,7 +227,7 @@ class LocalBackend(Backend):
         # A supervisor started here is known by its Popen: between its fork and its exec, its
         # command line is not yet the one _supervises checks (a state asked at once said FAILED).
         if self._running_here(run):
-            return JobState(run.job_id, "RUNNING", NODE)
+            return JobState(run.job_id, "RUNNING", NODE, source=LOCAL)
         return state(run.path, run.job_id)
 
     def accounting(self, run: Run) -> Accounting | None:

@@ -26,7 +26,6 @@ from clustertrain.cli.options import (
     spec_options,
 )
 from clustertrain.errors import UserError
-from clustertrain.files import printable
 from clustertrain.version import __version__
 
 _EPILOG_SUBMIT = """\b
@@ -189,43 +188,6 @@ def run(
         raise SystemExit(1)
 
 
-@cli.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
-@runs_dir_option
-def list_jobs(limit: int, runs_dir: str | None) -> None:
-    """Recent jobs from the run folders, newest first."""
-    from clustertrain import runs
-
-    def warn(message: str) -> None:
-        click.echo(f"clustertrain: warning: {message}", err=True)
-
-    from clustertrain.api import login_node
-
-    for run in runs.all_runs(runs.runs_root(runs_dir), warn)[:limit]:
-        host = login_node(run)
-        click.echo(
-            f"{run.job_id:>8}  {printable(run.submitted_at)}  {printable(run.name):<16} "
-            f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
-            f"{printable(str(run.path))}{_sweep_counts(run) if host is None else ''}"
-            + (f"  on {host}" if host else "")
-        )
-
-
-def _sweep_counts(run: Any) -> str:
-    """For a sweep, its tasks per state (asked of Slurm: only sweeps cost a query)."""
-    from clustertrain import api, runs
-    from clustertrain.backends.slurm import SlurmUnreachable
-
-    count = len(runs.tasks(run))
-    if not count:
-        return ""
-    try:
-        counts = api.Job(run).job_state().counts()
-    except SlurmUnreachable:
-        counts = "state unknown"
-    return f"  sweep of {count} tasks: {counts or 'state unknown'}"
-
-
 @cli.command(epilog="\b\nExample:\n  clustertrain cancel 42")
 @click.argument("job")
 @runs_dir_option
@@ -286,7 +248,11 @@ def logs(
         for line in joblogs.read_all(run, filters):
             click.echo(line)
         return
-    state = joblogs.follow(run, filters, attached.job_state, sys.stdout)
+    # The backend's own answer, which raises while Slurm cannot be reached: the follower then
+    # reads the run folder and asks again (clustertrain.runs.folderstate.Watch).
+    state = joblogs.follow(
+        run, filters, lambda: attached.backend.state(run), sys.stdout, say=cli_runs.say
+    )
     click.echo(f"clustertrain: job {run.job_id} ended {state.state}", err=True)
     if state.state != "COMPLETED":
         raise SystemExit(1)
@@ -358,7 +324,14 @@ def clear_nodes(
     click.echo(f"cleared: {' '.join(cleared) or 'none (not in the record)'}")
 
 
-for command in (cluster, cli_runs.status, cli_runs.plot, cli_runs.results, notebook_submit):
+for command in (
+    cluster,
+    cli_runs.status,
+    cli_runs.list_jobs,
+    cli_runs.plot,
+    cli_runs.results,
+    notebook_submit,
+):
     cli.add_command(command)
 
 
@@ -366,7 +339,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="clustertrain", standalone_mode=False)
     except UserError as exc:
-        _fail(str(exc), 2)
+        from clustertrain.api import slurm_conf_hint  # lazy: start-up time, errors only
+
+        _fail(slurm_conf_hint(str(exc)), 2)
     except click.ClickException as exc:
         _fail(exc.format_message(), exc.exit_code)
     except (click.Abort, KeyboardInterrupt):

@@ -1,8 +1,10 @@
-"""``clustertrain status|plot|results``: what a submitted job or sweep did, from its run folder
-and Slurm. Each command parses, calls the library, prints."""
+"""``clustertrain status|list|plot|results``: what a submitted job or sweep did, from its run
+folder and Slurm (and from the run folder alone while Slurm cannot be reached). Each command
+parses, calls the library, prints."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,10 +14,10 @@ import click
 from clustertrain.cli.options import runs_dir_option
 from clustertrain.errors import UserError
 from clustertrain.files import printable
+from clustertrain.jobstate import RUN_FOLDER
 
 if TYPE_CHECKING:
     from clustertrain.api import Job
-    from clustertrain.jobstate import JobState
 
 
 @click.command(
@@ -38,7 +40,7 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
         click.echo(json.dumps(attached.job_state().as_dict()))
         return
     if runs.tasks(run):
-        _sweep_status(attached, attached.job_state())
+        _sweep_status(attached)
         return
     report = attached.status(_warn)  # what became of it, and why (clustertrain.runs.report)
     state = report.state
@@ -54,13 +56,17 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
         click.echo(f"  {line}")
 
 
-def _sweep_status(job: Job, state: JobState) -> None:
+def _sweep_status(job: Job) -> None:
     """An array: its state with a count per state, then a line per task."""
     from clustertrain.runs import results
 
     run = job.run
+    report = job.status(_warn)
+    state = report.state
     click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
     click.echo(f"  run folder: {run.path}")
+    for line in report.source_lines():
+        click.echo(f"  {line}")
     for row in sorted(results.rows(run, state, _warn), key=lambda r: r.task):
         said = f", {row.metric} {row.value:.6g}" if row.value is not None else ""
         params = printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
@@ -115,8 +121,54 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
     click.echo(table.as_json(found) if as_json else table.text(found))
 
 
+@click.command(name="list", epilog="\b\nExample:\n  clustertrain list --limit 5")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@runs_dir_option
+def list_jobs(limit: int, runs_dir: str | None) -> None:
+    """Recent jobs from the run folders, newest first: state, nodes, elapsed time and headline
+    metric. A state marked * is its run folder's (Slurm not reachable, or a login node's job,
+    which `status` asks)."""
+    from clustertrain import runs
+    from clustertrain.api import Job
+    from clustertrain.runs import folderstate, timeline
+
+    asker, marked = folderstate.Asker(), False
+    for run in runs.all_runs(runs.runs_root(runs_dir), _warn)[:limit]:
+        backend = Job(run).backend
+        host = backend.host()
+        if host is None:
+            state = asker.ask(run, backend.name, functools.partial(backend.state, run)).state
+        else:  # a login node's: one ssh each; `status` asks it
+            state = folderstate.folder_state(run, _warn)
+        mark = "*" if state.source == RUN_FOLDER else ""
+        marked = marked or bool(mark)
+        sweep = len(runs.tasks(run))
+        headline = None if sweep else timeline.headline(run.events(_warn), run.metric)
+        click.echo(
+            f"{run.job_id:>8}  {printable(run.submitted_at)}  {printable(run.name):<16} "
+            f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
+            f"{state.state + mark:<11} {printable(state.nodes) or '-':<12} "
+            f"{printable(state.elapsed) or '-':>10}  {headline.text() if headline else '-':<20} "
+            f"{printable(str(run.path))}"
+            + (f"  sweep of {sweep} tasks: {state.counts() or 'state unknown'}" if sweep else "")
+            + (f"  on {host}" if host else "")
+        )
+    for why in asker.down.values():
+        say(f"Slurm not reachable ({why}): the states marked * are the run folders'")
+    if marked and not asker.down:
+        say("the states marked * are the run folders' (`status JOB` asks a login node)")
+
+
 def _warn(message: str) -> None:
     click.echo(f"clustertrain: warning: {printable(message)}", err=True)
+
+
+def say(message: str) -> None:
+    """A note on stderr, beside the output (the scheduler lost and back, where a state came
+    from), with the SLURM_CONF to export where Slurm found no configuration."""
+    from clustertrain.api import slurm_conf_hint
+
+    click.echo(f"clustertrain: {printable(slurm_conf_hint(message))}", err=True)
 
 
 def relayed(attached: Job, command: str, *args: str, follow: bool = False) -> None:

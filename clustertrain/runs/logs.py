@@ -11,6 +11,7 @@ What follows a rank's failure is folded to a line per run unless asked for raw
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import TextIO
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, open_regular, printable, read_regular
 from clustertrain.jobstate import JobState
-from clustertrain.runs import Run, fold, tasks
+from clustertrain.runs import Run, fold, folderstate, tasks
 from clustertrain.runs.follow import (
     ATTEMPT,
     CYCLE_S,
@@ -278,9 +279,11 @@ def follow(
     out: TextIO,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] | None = None,
 ) -> JobState:
-    """Print new lines from every log as they are written, until the job ends; return its state."""
-    lines = follow_lines(run, filters, job_state, clock, sleep)
+    """Print new lines from every log as they are written, until the job ends; return its state.
+    ``say`` hears when the scheduler cannot be reached, and when it is back."""
+    lines = follow_lines(run, filters, job_state, clock, sleep, say)
     while True:
         try:
             print(next(lines), file=out, flush=True)
@@ -294,13 +297,18 @@ def follow_lines(
     job_state: Callable[[], JobState],
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] | None = None,
 ) -> Generator[str, None, JobState]:
     """Yield new lines from every log as they are written, until the job ends; the generator's
     return value is the final state.
 
     Only complete lines are yielded; a final pass after the job ends catches the last ones.
-    How the files are polled, at any number of them: :mod:`clustertrain.runs.follow`.
+    How the files are polled, at any number of them: :mod:`clustertrain.runs.follow`. While
+    ``job_state`` raises :class:`~clustertrain.errors.SchedulerUnreachable`, the run folder
+    says when the job ends (:class:`clustertrain.runs.folderstate.Watch`, which tells ``say``,
+    by default stderr).
     """
+    watch = folderstate.Watch(run, job_state, say or _say, clock)
     tails = [
         (p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock, v.folder)) for p, v in _views(run)
     ]
@@ -317,12 +325,16 @@ def follow_lines(
         for prefix, tail in tails:
             yield from formatted(prefix, tail.poll())
         if clock() >= next_state:
-            state = job_state()
+            state = watch.state()
             if state.finished:
                 for prefix, tail in tails:
                     yield from formatted(prefix, tail.finish())
                 for reader in readers.values():
                     yield from reader.finish()
                 return state
-            next_state = clock() + STATE_POLL_S
+            next_state = clock() + watch.wait_s(STATE_POLL_S)
         sleep(CYCLE_S)
+
+
+def _say(message: str) -> None:
+    print(f"clustertrain: {printable(message)}", file=sys.stderr, flush=True)

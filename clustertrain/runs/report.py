@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clustertrain.files import printable
-from clustertrain.jobstate import JobState
+from clustertrain.jobstate import RUN_FOLDER, SACCT, JobState
 from clustertrain.runs import logs, timeline
 from clustertrain.runs.folder import Run
 
@@ -31,6 +31,13 @@ class Report:
     hang: str | None = None
     failure: logs.Failure | None = None
     lost_nodes: tuple[str, ...] = ()
+    # What the scheduler said when it could not be asked (the state is the run folder's).
+    unreachable: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Where the state came from (:data:`clustertrain.jobstate.SOURCES`)."""
+        return self.state.source
 
     def lines(self) -> list[str]:
         """What ``status`` prints below the job's state, a line each."""
@@ -47,12 +54,25 @@ class Report:
             said.append(
                 f"lost node(s): {' '.join(self.lost_nodes)} (Slurm declared them down; {when})"
             )
-        return said
+        return said + self.source_lines()
+
+    def source_lines(self) -> list[str]:
+        """Where the state came from, when not from Slurm's controller or a local run's own
+        supervisor."""
+        if self.source == RUN_FOLDER:
+            why = f" ({printable(self.unreachable)})" if self.unreachable else ""
+            return [f"Slurm not reachable: from the run folder{why}"]
+        if self.source == SACCT:
+            return ["from Slurm's accounting (sacct): the controller no longer holds the job"]
+        return []
 
 
-def report(run: Run, state: JobState, warn: Callable[[str], None]) -> Report:
-    """``run``'s report, given its ``state`` now (from its backend); ``warn`` hears of what in
-    its run folder could not be read."""
+def report(
+    run: Run, state: JobState, warn: Callable[[str], None], unreachable: str | None = None
+) -> Report:
+    """``run``'s report, given its ``state`` now (from its backend, or from its folder where
+    the backend said ``unreachable``); ``warn`` hears of what in its run folder could not be
+    read."""
     found = run.events(warn)
     attempts = timeline.attempts(found)
     notes = [
@@ -68,4 +88,5 @@ def report(run: Run, state: JobState, warn: Callable[[str], None]) -> Report:
         hang=logs.hang(run) if failed else None,
         failure=logs.first_failure(run) if failed else None,
         lost_nodes=tuple(logs.lost_nodes(run)),
+        unreachable=unreachable,
     )

@@ -204,7 +204,7 @@ class Progress:
     def line(self) -> str:
         of = f"/{self.epochs}" if self.epochs else ""
         said = f", {self.headline.text()} so far" if self.headline else ""
-        eta = f", about {_duration(self.eta_s)} left" if self.eta_s is not None else ""
+        eta = f", about {duration(self.eta_s)} left" if self.eta_s is not None else ""
         return f"progress: epoch {self.epoch}{of}, step {self.step}{said}{eta}"
 
 
@@ -237,7 +237,8 @@ def progress(runs: list[Attempt], metric: str | None = None) -> Progress | None:
     )
 
 
-def _duration(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
+    """``1h02m``, ``3m05s``, ``12s``: a span as people read it."""
     if seconds is None:
         return "?"
     minutes, secs = divmod(int(seconds), 60)

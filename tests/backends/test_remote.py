@@ -175,7 +175,8 @@ STATES = [
     JobState("42", "RUNNING", nodes="n[1-2]", elapsed="0:05", restarts=1),
     JobState("42_3", "CANCELLED+", exit_code="0:15", reason="None"),
     JobState("40", "RUNNING", tasks=((0, "COMPLETED"), (1, "PENDING"))),
-    JobState("local-123", "COMPLETED"),
+    JobState("local-123", "COMPLETED", source="local"),
+    JobState("43", "FAILED", exit_code="1:0", reason="its supervisor ended", source="run folder"),
 ]
 
 
@@ -197,6 +198,7 @@ BAD_STATES: list[Any] = [
     {"job_id": "42", "state": "RUNNING", "tasks": [[0, "RUNNING", "x"]]},
     {"job_id": "42", "state": "RUNNING", "tasks": [["0", "RUNNING"]]},
     {"job_id": "42", "state": "RUNNING", "owner": "root"},  # a field it does not know
+    {"job_id": "42", "state": "RUNNING", "source": "rumour"},
 ]
 
 

@@ -17,6 +17,7 @@ from clustertrain.backends.slurm import (
     parse_sacct,
     parse_scontrol_job,
 )
+from clustertrain.backends.slurm.parse import lacks_configuration, unreachable
 from clustertrain.errors import UserError
 
 SCONTROL_JOB = (
@@ -131,9 +132,40 @@ def test_cancel_failure_is_one_line() -> None:
         Slurm(runner).cancel("3")
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        "scancel: error: Kill job error on job id 3: Unable to contact slurm controller "
+        "(connect failure)",
+        "scancel: error: _establish_config_source: failed to fetch config\n"
+        "scancel: fatal: Could not establish a configuration source",
+    ],
+)
+def test_cancel_while_the_controller_cannot_be_reached_says_nothing_was_cancelled(
+    error: str,
+) -> None:
+    with pytest.raises(SlurmUnreachable, match="nothing was cancelled") as raised:
+        Slurm(FakeRunner({"scancel": (1, "", error)})).cancel("3")
+    assert "cannot cancel job 3: Slurm's controller cannot be reached" in str(raised.value)
+
+
+def test_what_says_slurm_cannot_be_asked() -> None:
+    assert unreachable("slurm_load_jobs error: Unable to contact slurm controller")
+    assert unreachable("error: _establish_config_source: failed to fetch config")
+    assert not unreachable("scancel: error: Kill job error on job id 3: Invalid job id specified")
+    assert lacks_configuration("fatal: Could not establish a configuration source")
+    assert not lacks_configuration("Unable to contact slurm controller (connect failure)")
+
+
+def test_accounting_says_it_was_the_source() -> None:
+    assert parse_sacct("7", "7|COMPLETED|node1|00:00:09|0:0\n").source == "sacct"
+    assert parse_scontrol_job("42", SCONTROL_JOB).source == "slurm"
+
+
 def test_missing_slurm_commands_are_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(UserError, match="scontrol: not found"):
+    # Slurm cannot be asked: status and the others answer from the run folder instead.
+    with pytest.raises(SlurmUnreachable, match="scontrol: not found"):
         Slurm().state("1")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .backend import SlurmBackend
 from .commands import Slurm, SlurmUnreachable, checked_job_id, slurm_environ
 from .parse import (
+    lacks_configuration,
     parse_accounting,
     parse_nodes,
     parse_partitions,
@@ -25,6 +26,7 @@ __all__ = [
     "SlurmBackend",
     "SlurmUnreachable",
     "checked_job_id",
+    "lacks_configuration",
     "parse_accounting",
     "parse_nodes",
     "parse_partitions",

@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from clustertrain.errors import UserError
+from clustertrain.errors import SchedulerUnreachable, UserError
 from clustertrain.jobstate import JOB_ID, Accounting, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.render.container import APPTAINER
@@ -32,13 +32,15 @@ from .parse import (
     parse_partitions,
     parse_sacct,
     parse_scontrol_job,
+    unreachable,
 )
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
-class SlurmUnreachable(UserError):
-    """Slurm's commands fail (no configuration, the controller down): not a job state."""
+class SlurmUnreachable(SchedulerUnreachable):
+    """Slurm's commands fail (no configuration, the controller down, no commands): not a job
+    state."""
 
 
 def checked_job_id(job_id: str) -> str:
@@ -78,13 +80,13 @@ def _run(argv: Sequence[str], conf: Path | None = None) -> subprocess.CompletedP
             check=False,
         )
     except FileNotFoundError as exc:
-        raise UserError(
+        raise SlurmUnreachable(
             f"{argv[0]}: not found; run clustertrain where Slurm's commands are "
             "installed (a login node), or start a local cluster with "
             "`clustertrain cluster up`"
         ) from exc
     except subprocess.TimeoutExpired as exc:
-        raise UserError(
+        raise SlurmUnreachable(
             f"{argv[0]}: no answer from Slurm within 60 s; check `scontrol ping`"
         ) from exc
 
@@ -174,9 +176,18 @@ class Slurm:
         return JobState(job_id=job_id, state="UNKNOWN")
 
     def cancel(self, job_id: str) -> None:
+        """``scancel``; :class:`SlurmUnreachable` when the controller cannot be asked (then
+        nothing was cancelled)."""
         done = self._call("scancel", checked_job_id(job_id))
-        if done.returncode != 0:
-            raise UserError(f"scancel {job_id}: {_first_error_line(done.stderr)}")
+        if done.returncode == 0:
+            return
+        said = _first_error_line(done.stderr)
+        if unreachable(done.stderr):
+            raise SlurmUnreachable(
+                f"cannot cancel job {job_id}: Slurm's controller cannot be reached ({said}); "
+                "nothing was cancelled: cancel again once `scontrol ping` answers"
+            )
+        raise UserError(f"scancel {job_id}: {said}")
 
     def cluster_info(self) -> ClusterInfo:
         """Partitions and nodes as ``scontrol`` and ``sinfo`` report them."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from clustertrain.jobstate import TERMINAL_STATES, Accounting, JobState, StepUsage
+from clustertrain.jobstate import SACCT, TERMINAL_STATES, Accounting, JobState, StepUsage
 from clustertrain.spec.fields import time_seconds
 
 from .cluster_info import Node, Partition, gpu_count
@@ -74,7 +74,32 @@ def parse_sacct(job_id: str, text: str) -> JobState:
         nodes=row[2],
         elapsed=row[3],
         exit_code=row[4],
+        source=SACCT,
     )
+
+
+# What Slurm's commands say when its controller cannot be asked at all: no configuration (the
+# client's "configless" fetch failed), no controller listening, no name for it, no answer in
+# time. Not a word about any job.
+_NO_CONFIGURATION = re.compile(
+    r"_establish_config_source: failed to fetch config|Could not establish a configuration source"
+)
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused"
+    r"|resolve_ctls_from_dns_srv|Zero Bytes were transmitted or received|"
+    + _NO_CONFIGURATION.pattern
+)
+
+
+def unreachable(text: str) -> bool:
+    """Whether a Slurm command's stderr says that the controller cannot be asked."""
+    return _UNREACHABLE.search(text) is not None
+
+
+def lacks_configuration(text: str) -> bool:
+    """Whether Slurm's words say it found no configuration: no ``SLURM_CONF``, no
+    /etc/slurm/slurm.conf and no controller to fetch one from."""
+    return _NO_CONFIGURATION.search(text) is not None
 
 
 def parse_partitions(text: str) -> tuple[Partition, ...]:
