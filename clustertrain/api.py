@@ -351,7 +351,13 @@ class Job:
         from clustertrain.runs.report import report  # lazy: start-up time
 
         answer = self._ask()
-        return report(self.run, answer.state, warn or (lambda _: None), answer.unreachable)
+        kept = None
+        if answer.state.finished and not answer.unreachable:
+            try:
+                kept = self.backend.accounting(self.run)
+            except UserError:  # accounting down (slurmdbd), or none: the rest still answers
+                kept = None
+        return report(self.run, answer.state, warn or (lambda _: None), answer.unreachable, kept)
 
     def accounting(self) -> Accounting | None:
         """What the backend's accounting recorded of the job (Slurm: sacct), or None."""

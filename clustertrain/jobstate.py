@@ -131,6 +131,25 @@ class StepUsage:
     max_rss_kb: int | None = None  # the largest task's resident memory, where measured
     total_cpu_s: float | None = None
 
+    def line(self) -> str:
+        """``step 0: COMPLETED, exit code 0:0, 7 s, MaxRSS 109.9 MiB, CPU time 0.3 s``."""
+        said = [f"{_word(self.state)}", f"exit code {_exit_code(self.exit_code)}"]
+        said.append(f"{self.elapsed_s} s")
+        if self.max_rss_kb is not None:
+            said.append(f"MaxRSS {self.max_rss_kb / 1024:.1f} MiB")
+        if self.total_cpu_s is not None:
+            said.append(f"CPU time {self.total_cpu_s:.1f} s")
+        return f"step {_word(self.step, 'step')}: " + ", ".join(said)
+
+
+def _word(text: str, what: str = "state") -> str:
+    """A state or step name read back from the scheduler, shown only when it is one."""
+    return text if re.fullmatch(r"[A-Za-z0-9_+.]{1,32}", text) else f"(an unreadable {what})"
+
+
+def _exit_code(text: str) -> str:
+    return text if re.fullmatch(r"[0-9]{1,3}:[0-9]{1,3}", text) else "unknown"
+
 
 @dataclass(frozen=True)
 class Accounting:
@@ -143,3 +162,11 @@ class Accounting:
     exit_code: str = ""
     elapsed_s: int = 0
     steps: tuple[StepUsage, ...] = ()
+
+    def lines(self) -> list[str]:
+        """What ``status`` prints of it: the job's exit code and time, then each step's use."""
+        head = (
+            f"accounting (sacct): {_word(self.state)}, exit code {_exit_code(self.exit_code)}, "
+            f"{self.elapsed_s} s"
+        )
+        return [head, *(f"  {step.line()}" for step in self.steps)]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clustertrain.files import printable
-from clustertrain.jobstate import RUN_FOLDER, SACCT, JobState
+from clustertrain.jobstate import RUN_FOLDER, SACCT, Accounting, JobState
 from clustertrain.runs import logs, timeline
 from clustertrain.runs.folder import Run
 
@@ -33,6 +33,8 @@ class Report:
     lost_nodes: tuple[str, ...] = ()
     # What the scheduler said when it could not be asked (the state is the run folder's).
     unreachable: str | None = None
+    # What the scheduler's accounting recorded once the job ended (Slurm: sacct), where kept.
+    accounting: Accounting | None = None
 
     @property
     def source(self) -> str:
@@ -54,6 +56,7 @@ class Report:
             said.append(
                 f"lost node(s): {' '.join(self.lost_nodes)} (Slurm declared them down; {when})"
             )
+        said += self.accounting.lines() if self.accounting else []
         return said + self.source_lines()
 
     def source_lines(self) -> list[str]:
@@ -68,11 +71,15 @@ class Report:
 
 
 def report(
-    run: Run, state: JobState, warn: Callable[[str], None], unreachable: str | None = None
+    run: Run,
+    state: JobState,
+    warn: Callable[[str], None],
+    unreachable: str | None = None,
+    accounting: Accounting | None = None,
 ) -> Report:
     """``run``'s report, given its ``state`` now (from its backend, or from its folder where
-    the backend said ``unreachable``); ``warn`` hears of what in its run folder could not be
-    read."""
+    the backend said ``unreachable``) and what its backend's ``accounting`` kept of it;
+    ``warn`` hears of what in its run folder could not be read."""
     found = run.events(warn)
     attempts = timeline.attempts(found)
     notes = [
@@ -89,4 +96,5 @@ def report(
         failure=logs.first_failure(run) if failed else None,
         lost_nodes=tuple(logs.lost_nodes(run)),
         unreachable=unreachable,
+        accounting=accounting,
     )
