@@ -44,6 +44,12 @@ class Backend(ABC):
     def cancel_command(job_id: str) -> str:
         """The shell command that ends the job, for when clustertrain cannot say it itself."""
 
+    def fit(self, job: RenderedJob) -> RenderedJob:
+        """``job`` with what it left to the cluster fitted to it (a Slurm partition's nodes: the
+        default CPU request), asked before :meth:`check` where preflight runs; most backends
+        have nothing to fit."""
+        return job
+
     @abstractmethod
     def check(self, job: RenderedJob, preflight: bool = True) -> None:
         """Raise :class:`~clustertrain.errors.UserError` for a job this backend could never

@@ -29,7 +29,10 @@ def schedule(
     """Refuse what ``backend`` cannot run (its preflight and the entry point's too, unless
     ``check`` is off), run the job's prepare commands here, then hand it over with the
     ``private`` files (name: content, 0600) in its run folder. Checks come first: a refusal
-    should not wait for a download."""
+    should not wait for a download. Where its preflight runs, the backend first fits what the
+    job left to the cluster (the default CPU request, to a partition's nodes)."""
+    if check:
+        job = backend.fit(job)
     backend.check(job, preflight=check)
     if not backend.queues_here:
         return backend.record(job, backend.submit(job))

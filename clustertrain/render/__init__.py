@@ -2,8 +2,9 @@
 
 ``scripts`` renders the batch and launch scripts from ``commands`` (what srun and the launchers
 run) and ``environment`` (what the ranks are given), ``container`` a container runtime's part of
-them, ``templates`` the Jinja2 templates (the repository's top-level ``templates/``, installed
-as ``clustertrain.templates``). No I/O but reading the templates.
+them, ``origins`` the dry run's account of where each value came from, ``templates`` the Jinja2
+templates (the repository's top-level ``templates/``, installed as ``clustertrain.templates``).
+No I/O but reading the templates.
 """
 
 from clustertrain.render.commands import Expand, launcher_argv

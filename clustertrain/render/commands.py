@@ -32,8 +32,11 @@ def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tu
     """``command`` once per node; ``--kill-on-bad-exit`` ends the step when any node fails;
     ``options`` (a container's) go before the command.
 
-    ``--cpus-per-task`` again: srun of Slurm 22.05-23.02 does not inherit it from sbatch, and
-    where CPUs are bound the step would get one CPU for every rank of the node.
+    The job's CPU request again (``--cpus-per-task`` or ``--cpus-per-gpu``, as sbatch was
+    asked; never both, which srun refuses as sbatch does): srun of Slurm 22.05-23.02 does not
+    inherit ``--cpus-per-task`` from sbatch, and where CPUs are bound the step would get one
+    CPU for every rank of the node. ``--cpus-per-gpu`` it would read from the job's
+    ``SLURM_CPUS_PER_GPU``; said here too, so the step's request reads whole in the plan.
 
     With spare nodes, on the nodes the batch script chose, and ``--overlap``: a step with a lost
     node holds its resources on the others until Slurm declares that node down (SlurmdTimeout),
@@ -48,7 +51,7 @@ def srun_argv(spec: JobSpec, *command: str, options: tuple[str, ...] = ()) -> tu
         f"--nodes={spec.nodes}",
         f"--ntasks={spec.nodes}",
         "--ntasks-per-node=1",
-        f"--cpus-per-task={spec.cpus_per_task}",
+        spec.cpus.flag,
         *chosen,
         *options,
         *command,

@@ -17,6 +17,7 @@ from clustertrain.errors import UserError
 from clustertrain.render import container
 from clustertrain.render.commands import Expand, launcher_argv, shell_word, srun_argv
 from clustertrain.render.environment import OFFLINE_ENV, rank_environment
+from clustertrain.render.origins import origins_text
 from clustertrain.render.templates import render_template
 from clustertrain.spec import JobSpec, sbatch, sweep
 from clustertrain.version import __version__
@@ -42,6 +43,8 @@ class RenderedJob:
     container_config: str | None = None
     # The nodes the submitter's node record excluded, a line each with why (its --exclude).
     excluded: tuple[str, ...] = ()
+    # Where the values given or chosen came from, a (field, where) pair each (the dry run's).
+    origins: tuple[tuple[str, str], ...] = ()
 
     @property
     def batch_path(self) -> str:
@@ -79,7 +82,8 @@ class RenderedJob:
                 f"#### the sweep: {len(table)} array tasks ({protocol.SWEEP_TABLE})\n"
                 + "".join(f"task {k}: {sweep.describe(params)}\n" for k, params in enumerate(table))
             )
-        return text
+        # Last: what stays on the screen.
+        return text + origins_text(self.spec, self.origins)
 
 
 def prepare_text(spec: JobSpec, workdir: str) -> str:
@@ -159,7 +163,15 @@ def _context(
         "node_check_dir": _NODE_CHECK_DIR,
         "container_env": [(k, shlex.quote(v)) for k, v in spec.container_env],
         "launch_lines": lines,
+        "setup_lines": _numbered(spec.setup),
+        "node_setup_lines": _numbered(spec.node_setup),
     }
+
+
+def _numbered(lines: tuple[str, ...]) -> list[tuple[int, str]]:
+    """Each shell line with its number from 1, quoted as one word for ``eval`` and ``printf``:
+    bash reads it back as the very text the user wrote (clustertrain.spec.lines)."""
+    return [(number, shlex.quote(line)) for number, line in enumerate(lines, 1)]
 
 
 _NODE_CHECK_DIR = Expand(f"$LOG_DIR/{protocol.NODE_CHECK_DIR}")
@@ -218,7 +230,7 @@ def _check_argv(spec: JobSpec) -> tuple[str, ...]:
     return (
         "srun", "--kill-on-bad-exit=1", "--overlap", Expand(f"--nodes={count}"),
         Expand(f"--ntasks={count}"), "--ntasks-per-node=1",
-        f"--cpus-per-task={spec.cpus_per_task}", Expand(f"--nodelist=${protocol.ENV_CHECK_NODES}"),
+        spec.cpus.flag, Expand(f"--nodelist=${protocol.ENV_CHECK_NODES}"),
         *_NODECHECK, "probe", _NODE_CHECK_DIR, "--qualify",
     )  # fmt: skip
 
@@ -258,7 +270,8 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         "job-name": spec.name,
         "nodes": str(spec.allocated_nodes),
         "ntasks-per-node": "1",
-        "cpus-per-task": str(spec.cpus_per_task),
+        # Per node or per GPU, never both (clustertrain.spec.resources).
+        spec.cpus.option: str(spec.cpus.value),
         "time": spec.time,
         "chdir": workdir,
         # Attempts of a requeued job append instead of overwriting.
@@ -272,6 +285,7 @@ def sbatch_directives(spec: JobSpec, run_dir: str, workdir: str) -> tuple[str, .
         "qos": spec.qos,
         "constraint": spec.constraint,
         "mem": spec.mem,
+        "mem-per-gpu": spec.mem_per_gpu,
         "mail-type": spec.mail_type,
         "mail-user": spec.mail_user,
         "dependency": spec.dependency,

@@ -8,15 +8,15 @@ quoted literally by the renderer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from clustertrain.errors import FieldError
-from clustertrain.spec import fields, sweep
+from clustertrain.spec import fields, resources
 from clustertrain.spec import nodes as node_checks
 from clustertrain.spec.fields import ContainerRuntime, Launcher
-from clustertrain.spec.jobfile import Plain
+from clustertrain.spec.lines import shell_lines
 from clustertrain.spec.sweep import MAX_TASKS as MAX_SWEEP_TASKS
 from clustertrain.spec.sweep import Sweep
 from clustertrain.spec.sweep import parse as parse_sweep
@@ -44,7 +44,7 @@ def _field(
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A validated multi-node training job. Build it with :func:`build_spec`."""
+    """A validated multi-node training job. Build it with :func:`clustertrain.spec.build_spec`."""
 
     name: str = _field(
         None, fields.optional_name, "Slurm job name, and the start of the run folder's name.",
@@ -64,11 +64,17 @@ class JobSpec:
         False, fields.boolean, "Ask for GPUs as --gres=gpu:N (sites without --gpus-per-node).",
         flag="--gres",
     )  # fmt: skip
-    # CPUs of each node's one task, shared by its processes. 0: 2 per process, at least 4,
-    # resolved at construction, so 8 ranks of a node do not share 4 CPUs.
-    cpus_per_task: int = _field(
-        0, fields.int_range(1, 4096), "CPUs for each node's launcher task.",
-        default_text="2 per process, at least 4",
+    # CPUs and memory: per node, or per GPU; one of each pair (clustertrain.spec.resources).
+    cpus_per_task: int | None = _field(
+        None, fields.optional_int(1, 4096),
+        "CPUs for each node's launcher task, shared by its processes.",
+        default_text="cpus_per_gpu with GPUs; without, 2 per process, at least 4",
+    )  # fmt: skip
+    cpus_per_gpu: int | None = _field(
+        None, fields.optional_int(1, 256),
+        "CPUs per GPU (Slurm's --cpus-per-gpu; not with cpus_per_task).",
+        default_text=f"{resources.DEFAULT_CPUS_PER_GPU} with GPUs, fitted to the partition's "
+        "nodes at submission",
     )  # fmt: skip
     time: str = _field("01:00:00", fields.time_limit, "Time limit, e.g. 01:30:00 or 2-00:00:00.")
     launcher: Launcher = _field("torchrun", fields.launcher, "torchrun or accelerate.")
@@ -112,6 +118,18 @@ class JobSpec:
         (), fields.env_mapping, "Environment variable for the job (repeatable).",
         metavar="KEY=VALUE",
     )  # fmt: skip
+    # Lines of the user's own shell (clustertrain.spec.lines): the batch script runs `setup`
+    # before the supervisor, each node's launch script runs `node_setup` before its launcher.
+    setup: tuple[str, ...] = _field(
+        (), shell_lines,
+        "A shell line the batch script runs before any step, e.g. 'module load cuda/12.1' "
+        "(repeatable; adds to the job file's).", metavar="LINE",
+    )  # fmt: skip
+    node_setup: tuple[str, ...] = _field(
+        (), shell_lines,
+        "A shell line every node runs before its launcher starts, e.g. 'ulimit -n 65536' "
+        "(repeatable; adds to the job file's).", metavar="LINE",
+    )  # fmt: skip
     partition: str | None = _field(None, fields.partition, "Slurm partition.")
     account: str | None = _field(None, fields.account, "Slurm account to charge.")
     qos: str | None = _field(None, fields.qos, "Slurm quality of service.")
@@ -119,7 +137,13 @@ class JobSpec:
         None, fields.constraint, "Node features the job needs, e.g. 'a100&ib'."
     )
     exclusive: bool = _field(False, fields.boolean, "Whole nodes for this job.")
-    mem: str | None = _field(None, fields.mem, "Memory per node, e.g. 64G.")
+    mem: str | None = _field(
+        None, fields.mem, "Memory per node, e.g. 64G.", default_text="the cluster's"
+    )
+    mem_per_gpu: str | None = _field(
+        None, resources.mem_per_gpu, "Memory per GPU, e.g. 32G (Slurm's --mem-per-gpu; not "
+        "with mem).", default_text="the cluster's",
+    )  # fmt: skip
     mail_type: str | None = _field(None, fields.mail_type, "When Slurm mails, e.g. END,FAIL.")
     mail_user: str | None = _field(None, fields.mail_user, "Who Slurm mails.")
     dependency: str | None = _field(None, fields.dependency, "e.g. afterok:1234")
@@ -262,8 +286,7 @@ class JobSpec:
         if self.max_parallel is not None and not self.sweep:
             raise FieldError("max_parallel", self.max_parallel, "only applies to a sweep")
         self._check_container()
-        if self.cpus_per_task == 0:
-            object.__setattr__(self, "cpus_per_task", max(4, 2 * self.nproc_per_node))
+        resources.check(self)
 
     def _check_container(self) -> None:
         if self.container_image is None:
@@ -284,9 +307,14 @@ class JobSpec:
             )
 
     @property
+    def cpus(self) -> resources.CpuRequest:
+        """What Slurm is asked for CPUs (per node or per GPU), and each node's CPUs."""
+        return resources.cpu_request(self)
+
+    @property
     def threads_per_process(self) -> int:
         """OMP_NUM_THREADS for each rank: the task's CPUs split over the node's processes."""
-        return max(1, self.cpus_per_task // self.nproc_per_node)
+        return max(1, self.cpus.per_node // self.nproc_per_node)
 
     @property
     def nproc_per_node(self) -> int:
@@ -313,6 +341,7 @@ class JobSpec:
         data["args"] = list(self.args)
         data["prepare"] = [list(command) for command in self.prepare]
         data["env"] = dict(self.env)
+        data["setup"], data["node_setup"] = list(self.setup), list(self.node_setup)
         data["sbatch_options"] = list(self.sbatch_options)
         data["sweep"] = {name: list(values) for name, values in self.sweep}
         data["container_mounts"] = list(self.container_mounts)
@@ -326,75 +355,3 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JobSpec))
 VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     f.name: f.metadata["check"] for f in dataclasses.fields(JobSpec)
 }
-
-
-def build_spec(
-    job_file: Mapping[str, Any] | None = None,
-    *,
-    extra_args: Sequence[str] = (),
-    defaults: Mapping[str, Any] | None = None,
-    **overrides: Any,
-) -> JobSpec:
-    """Merge ``defaults``, a job file's mapping and flag ``overrides`` (each later one wins), and
-    validate every field. Raises :class:`FieldError` on the first bad field.
-
-    ``None`` in overrides means "flag not given". ``env`` and ``sbatch_options`` are merged per
-    key (a flag's ``A=2`` replaces the file's ``A=1``, and keeps its ``B``); ``args`` given as an
-    override replace the file's, while ``extra_args`` (what follows ``--``) are appended to
-    them, so the script's parser sees the later value last and lets it win.
-    """
-    merged: dict[str, Any] = {}
-    for layer in (defaults or {}, _job_file_values(job_file), overrides):
-        given = {name: value for name, value in layer.items() if value is not None}
-        if "script" in given and "module" in given:
-            raise FieldError("module", given["module"], "give either script or module, not both")
-        for name, value in layer.items():
-            if value is None and layer is overrides:
-                continue
-            checked = VALIDATORS[name](name, value)
-            if isinstance(checked, Plain):  # a spec holds plain values (run folders dump them)
-                checked = str(checked)
-            merge = _MERGES.get(name)
-            merged[name] = merge(merged[name], checked) if merge and name in merged else checked
-            if name in _EITHER and checked is not None:
-                merged[_EITHER[name]] = None  # a later layer's script replaces a module
-    if extra_args:
-        merged["args"] = merged.get("args", ()) + VALIDATORS["args"]("args", list(extra_args))
-    return JobSpec(**merged)
-
-
-def _job_file_values(job_file: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    if job_file is None:
-        return {}
-    if not isinstance(job_file, Mapping):
-        raise FieldError(
-            "job file", type(job_file).__name__, "a job file must be a YAML mapping of field: value"
-        )
-    unknown = [key for key in job_file if key not in FIELDS]
-    if unknown:
-        key = min(unknown, key=str)
-        raise FieldError(
-            str(key), job_file[key], "unknown field; valid fields: " + ", ".join(FIELDS)
-        )
-    return job_file
-
-
-def _merge_env(
-    old: tuple[tuple[str, str], ...], new: tuple[tuple[str, str], ...]
-) -> tuple[tuple[str, str], ...]:
-    return tuple({**dict(old), **dict(new)}.items())
-
-
-def _merge_options(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
-    by_name = {option.partition("=")[0]: option for option in old}
-    by_name.update({option.partition("=")[0]: option for option in new})
-    return tuple(by_name.values())
-
-
-_MERGES: dict[str, Any] = {
-    "env": _merge_env,
-    "sbatch_options": _merge_options,
-    "sweep": sweep.merge,
-    "container_env": _merge_env,
-}
-_EITHER = {"script": "module", "module": "script"}

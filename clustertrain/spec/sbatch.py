@@ -45,7 +45,8 @@ LONG_OPTIONS = frozenset(
 # script (node count, log paths, the requeue protocol) or replace it (wrap, export, array).
 OWNED = frozenset(
     """
-    nodes ntasks ntasks-per-node gpus-per-node gres gpus cpus-per-task time job-name output
+    nodes ntasks ntasks-per-node gpus-per-node gres gpus cpus-per-task cpus-per-gpu mem-per-gpu
+    time job-name output
     error input signal chdir open-mode requeue no-requeue wrap export export-file array
     partition account qos constraint exclusive mem mail-type mail-user dependency exclude
     get-user-env parsable wait help usage version test-only tres-per-task

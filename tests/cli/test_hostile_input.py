@@ -62,6 +62,28 @@ REFUSED: list[tuple[list[str], str]] = [
     (["--gpus-per-node", "1e3"], "gpus_per_node"),
     (["--gpus-per-node", "65"], "gpus_per_node"),
     (["--cpus-per-task", "0"], "cpus_per_task"),
+    # Resources per GPU: out of range, not a size, beside their per-node twin, without GPUs.
+    (["--gpus-per-node", "2", "--cpus-per-gpu", "0"], "cpus_per_gpu"),
+    (["--gpus-per-node", "2", "--cpus-per-gpu", "-4"], "cpus_per_gpu"),
+    (["--gpus-per-node", "2", "--cpus-per-gpu", "99999999999999"], "cpus_per_gpu"),
+    (["--gpus-per-node", "2", "--cpus-per-gpu", "4", "--cpus-per-task", "8"], "cpus_per_gpu"),
+    (["--gpus-per-node", "0", "--cpus-per-gpu", "4"], "cpus_per_gpu"),
+    (["--gpus-per-node", "1", "--mem-per-gpu", "12XB"], "mem_per_gpu"),
+    (["--gpus-per-node", "1", "--mem-per-gpu", "-4G"], "mem_per_gpu"),
+    (["--gpus-per-node", "1", "--mem-per-gpu", "0"], "mem_per_gpu"),
+    (["--gpus-per-node", "1", "--mem-per-gpu", "99999T"], "mem_per_gpu"),
+    (["--gpus-per-node", "1", "--mem-per-gpu", "8G;id"], "mem_per_gpu"),
+    (["--gpus-per-node", "1", "--mem-per-gpu", "8G", "--mem", "64G"], "mem_per_gpu"),
+    (["--gpus-per-node", "0", "--mem-per-gpu", "8G"], "mem_per_gpu"),
+    (["--sbatch-option", "--cpus-per-gpu=2"], "sbatch_options"),
+    (["--sbatch-option", "--mem-per-gpu=2G"], "sbatch_options"),
+    # Setup lines: one line of text each.
+    (["--setup", "a\nb"], "setup[0]"),
+    (["--setup", "true", "--setup", "a\rb"], "setup[1]"),
+    (["--setup", ""], "setup[0]"),
+    (["--setup", "\x1b]0;title\x07"], "setup[0]"),
+    (["--node-setup", "x" * 5000], "node_setup[0]"),
+    (["--node-setup", "ulimit -n 1\nrm -rf ~"], "node_setup[0]"),
     (["--launcher", "torchrun; id"], "launcher"),
     (["--script", "-c"], "script"),
     (["--script", "a\nb.py"], "script"),
@@ -129,6 +151,17 @@ REFUSED_FILES: list[tuple[str, str]] = [
     ("nodes: 2\nnodes: [\n", "job file"),
     ("\xff\xfe garbage", "job file"),
     ("gpus_per_node: -1\n", "gpus_per_node"),
+    ('setup: ["a\\0b"]\n', "setup[0]"),
+    ('setup: "ok\\nrm -rf ~"\n', "setup[0]"),
+    ("setup: {a: 1}\n", "setup"),
+    ("setup: [[a, b]]\n", "setup[0]"),
+    ("node_setup: [true]\n", "node_setup[0]"),
+    ("gpus_per_node: 2\ncpus_per_gpu: 0\n", "cpus_per_gpu"),
+    ("gpus_per_node: 2\ncpus_per_gpu: 1e3\n", "cpus_per_gpu"),
+    ("gpus_per_node: 2\ncpus_per_gpu: 2\ncpus_per_task: 8\n", "cpus_per_gpu"),
+    ("gpus_per_node: 1\nmem_per_gpu: 12XB\n", "mem_per_gpu"),
+    ("gpus_per_node: 1\nmem_per_gpu: 16\nmem: 64G\n", "mem_per_gpu"),
+    ("module: m\ngpus_per_node: 0\nmem_per_gpu: 8G\n", "mem_per_gpu"),
 ]
 
 # (flags, the text that must appear in the rendered job: bash-quoted in the scripts'
@@ -144,6 +177,9 @@ LITERAL: list[tuple[list[str], str]] = [
     (["--script", "$(touch PWNED).py"], shlex.quote("$(touch PWNED).py")),
     (["--venv", "/opt/$(touch PWNED)"], shlex.quote("/opt/$(touch PWNED)")),
     (["--sbatch-option", "--comment=$(touch PWNED)"], '#SBATCH --comment="$(touch PWNED)"\n'),
+    # A setup line is the user's own shell, rendered as one word for eval: never run here.
+    *[(["--setup", value], f"eval -- {shlex.quote(value)} || ") for value in SHELL],
+    *[(["--node-setup", value], f"eval -- {shlex.quote(value)} || ") for value in SHELL],
     *[
         (
             ["--container-image", "/i", "--container-runtime", "oci", "--container-env", f"V={v}"],
@@ -223,3 +259,16 @@ def test_brackets_inside_quotes_and_comments_are_not_nesting(tmp_path: Path) -> 
     deep = "[" * (MAX_FLOW_DEPTH + 1)
     text = f"args: ['{deep}', \"{deep}\"]  # {deep}\nenv: {{A: '{{{{'}}\n"
     assert parse(text.encode())["args"] == [deep, deep]
+
+
+def test_both_of_a_pair_are_named_in_the_one_line(
+    tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
+) -> None:
+    env, called = fake_slurm
+    for flags, first, second in [
+        (["--mem", "64G", "--mem-per-gpu", "8G"], "mem", "mem_per_gpu"),
+        (["--cpus-per-task", "8", "--cpus-per-gpu", "4"], "cpus_per_task", "cpus_per_gpu"),
+    ]:
+        done = run_cli("submit", "--gpus-per-node", "2", *flags, cwd=tmp_path, env=env)
+        _assert_refused(done, second, tmp_path, called)
+        assert f"give either {first} or {second}, not both" in done.stderr

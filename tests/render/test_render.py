@@ -30,7 +30,6 @@ CASES = {
         "gpus_per_node": 8,
         "partition": "gpu",
         "account": "proj-1",
-        "mem": "0",
         "exclusive": True,
         "sbatch_options": ["--reservation=maint"],
         "env": {"NCCL_DEBUG": "INFO"},
@@ -51,6 +50,8 @@ CASES = {
         "container_image": "nvcr.io#nvidia/pytorch:24.01-py3",
         "container_mounts": ["/datasets/imagenet:/data:ro", "/scratch"],
         "container_env": {"NCCL_DEBUG": "INFO"},
+        "setup": ["module load pyxis"],  # on the host
+        "node_setup": ["ulimit -n 65536"],  # in the container
     },
     "apptainer-2x4": {
         "nodes": 2,
@@ -88,6 +89,18 @@ CASES = {
         "on_flagged": "warn",
         "exclude": ["node7", "gpu-a.12"],
         "straggler_action": "replace",
+    },
+    "site-2x4": {  # what a site's defaults add: setup lines, resources per GPU
+        "nodes": 2,
+        "gpus_per_node": 4,
+        "cpus_per_gpu": 6,
+        "mem_per_gpu": "40G",
+        "setup": [
+            "module load cuda/12.1 nccl",
+            "source /shared/venvs/train/bin/activate",
+            'export NCCL_IB_HCA=mlx5 && echo "it\'s $NCCL_IB_HCA" # not a comment here; }',
+        ],
+        "node_setup": ["ulimit -n 65536", "mkdir -p /tmp/$USER/data\t# stage"],
     },
     "sweep-2x1": {
         "nodes": 2,

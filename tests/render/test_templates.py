@@ -24,6 +24,7 @@ def test_the_templates_are_the_top_level_folder() -> None:
         "cluster/oci.conf.j2",
         "cluster/slurm.conf.j2",
         "slurm/launch.sh.j2",
+        "slurm/modules.sh.j2",
         "slurm/sbatch.sh.j2",
     ]
 

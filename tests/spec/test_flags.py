@@ -22,6 +22,7 @@ SAMPLES: dict[str, Any] = {
     "procs_per_node": 4,
     "gpus_as_gres": True,
     "cpus_per_task": 8,
+    "cpus_per_gpu": None,  # not beside cpus_per_task: test_per_gpu_fields_read_back
     "time": "1-02:00:00",
     "launcher": "accelerate",
     "script": "train.py",
@@ -31,12 +32,15 @@ SAMPLES: dict[str, Any] = {
     "prepare": [["python", "-c", "print('a b')"], ["sh", "-c", 'echo "$HOME" > x']],
     "offline": False,
     "env": {"A": "x=y", "NCCL_DEBUG": "-INFO"},
+    "setup": ["module load cuda/12.1", "export A='x y' && echo \"$A\" # --nodes=9"],
+    "node_setup": ["-x is a line too", "ulimit -n 65536"],
     "partition": "gpu",
     "account": "proj-1",
     "qos": "normal",
     "constraint": "a100&ib",
     "exclusive": True,
     "mem": "64G",
+    "mem_per_gpu": None,  # not beside mem: test_per_gpu_fields_read_back
     "mail_type": "END,FAIL",
     "mail_user": "me@example.org",
     "dependency": "afterok:12",
@@ -94,6 +98,11 @@ def test_each_field_alone_reads_back_as_itself(name: str) -> None:
     given = {**(base if name.startswith("container_") else {}), name: SAMPLES[name]}
     if name == "max_parallel":
         given["sweep"] = SAMPLES["sweep"]
+    assert job_spec(**_read_back(as_flags(given))) == job_spec(**given)
+
+
+def test_per_gpu_fields_read_back() -> None:
+    given = {"gpus_per_node": 4, "cpus_per_gpu": 6, "mem_per_gpu": "40G"}
     assert job_spec(**_read_back(as_flags(given))) == job_spec(**given)
 
 

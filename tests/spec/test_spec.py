@@ -160,17 +160,19 @@ def test_a_job_file_of_unquoted_words_becomes_plain_values(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    ("fields", "cpus", "threads"),
+    ("fields", "flag", "cpus", "threads"),
     [
-        ({}, 4, 4),  # 1 process: at least 4 CPUs
-        ({"gpus_per_node": 8}, 16, 2),  # 2 per process, so 8 ranks do not share 4 CPUs
-        ({"gpus_per_node": 8, "cpus_per_task": 64}, 64, 8),
-        ({"procs_per_node": 3, "cpus_per_task": 2}, 2, 1),  # at least one thread
+        ({}, "--cpus-per-task=4", 4, 4),  # 1 process, no GPU: at least 4 CPUs
+        ({"procs_per_node": 4}, "--cpus-per-task=8", 8, 2),  # 2 per process without GPUs
+        ({"gpus_per_node": 8}, "--cpus-per-gpu=4", 32, 4),  # 4 per GPU
+        ({"gpus_per_node": 2, "cpus_per_gpu": 3}, "--cpus-per-gpu=3", 6, 3),
+        ({"gpus_per_node": 8, "cpus_per_task": 64}, "--cpus-per-task=64", 64, 8),  # it wins
+        ({"procs_per_node": 3, "cpus_per_task": 2}, "--cpus-per-task=2", 2, 1),  # >= 1 thread
     ],
 )
-def test_cpus_per_task_default_and_threads_per_rank(
-    fields: dict[str, int], cpus: int, threads: int
+def test_the_cpu_request_and_threads_per_rank(
+    fields: dict[str, int], flag: str, cpus: int, threads: int
 ) -> None:
     spec = job_spec(**fields)
-    assert (spec.cpus_per_task, spec.threads_per_process) == (cpus, threads)
+    assert (spec.cpus.flag, spec.cpus.per_node, spec.threads_per_process) == (flag, cpus, threads)
     assert job_spec(spec.to_dict()) == spec  # what a run folder records reads back the same

@@ -11,6 +11,7 @@ from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
 from . import preflight as preflight_checks
+from .cluster_info import ClusterInfo
 from .commands import Slurm, checked_job_id
 
 
@@ -27,11 +28,21 @@ class SlurmBackend(Backend):
 
     def __init__(self, slurm: Slurm | None = None) -> None:
         self.slurm = slurm or Slurm()
+        self._cluster: ClusterInfo | None = None
+
+    def fit(self, job: RenderedJob) -> RenderedJob:
+        return preflight_checks.fit(job, self._cluster_info())
 
     def check(self, job: RenderedJob, preflight: bool = True) -> None:
         if preflight:
-            preflight_checks.check(job.spec, self.slurm.cluster_info())
+            preflight_checks.check(job.spec, self._cluster_info())
             preflight_checks.check_files(job)
+
+    def _cluster_info(self) -> ClusterInfo:
+        """The cluster's limits, asked once for a submission's fit and check."""
+        if self._cluster is None:
+            self._cluster = self.slurm.cluster_info()
+        return self._cluster
 
     def submit(self, job: RenderedJob) -> str:
         return self.slurm.submit(job)

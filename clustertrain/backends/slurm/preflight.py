@@ -7,19 +7,17 @@ PartitionNodeLimit, or worse, Resources); a user learns hours later. The facts c
 
 from __future__ import annotations
 
-import re
+import dataclasses
 import shlex
 from pathlib import Path
 
 from clustertrain.errors import UserError
-from clustertrain.render import RenderedJob, container
-from clustertrain.spec import JobSpec, sweep
+from clustertrain.render import RenderedJob, container, render
+from clustertrain.spec import JobSpec, resources, sweep
 from clustertrain.spec.fields import format_time, time_seconds
+from clustertrain.spec.resources import memory_mb
 
-from .cluster_info import ClusterInfo, Partition
-
-_MEM = re.compile(r"(\d+)([KMGT]?)")
-
+from .cluster_info import ClusterInfo, Node, Partition
 
 _SKIP = " (or skip this check with --no-preflight)"
 
@@ -68,22 +66,58 @@ def check(spec: JobSpec, cluster: ClusterInfo) -> None:
     _check_nodes(spec, cluster, part)
 
 
+def fit(job: RenderedJob, cluster: ClusterInfo) -> RenderedJob:
+    """``job`` with a CPU request it left to clustertrain (the default, 4 per GPU) cut to what
+    the partition's usable nodes with its GPUs have (:func:`clustertrain.spec.resources.fitted`),
+    rendered again, its origins saying so; ``job`` itself where nothing needs fitting."""
+    spec = job.spec
+    part = cluster.partition(spec.partition)
+    if part is None:
+        return job  # check says why
+    members = [
+        n.cpus
+        for n in _members(cluster, part)
+        if n.gpus >= spec.gpus_per_node and n.name not in spec.exclude
+    ]
+    found = resources.fitted(spec, members)
+    if found is None:
+        return job
+    if found.field == "cpus_per_gpu":
+        fitted = dataclasses.replace(spec, cpus_per_gpu=found.value)
+    else:
+        fitted = dataclasses.replace(spec, cpus_per_task=found.value)
+    per = f" for {spec.gpus_per_node} GPUs" if spec.gpus_per_node else ""
+    note = (
+        f"fitted to partition {part.name}, whose nodes have {found.node_cpus} CPUs{per}; "
+        f"{resources.default_note(spec)}"
+    )
+    origins = tuple((n, w) for n, w in job.origins if n != found.field) + ((found.field, note),)
+    again = render(fitted, job.run_dir, job.workdir)
+    return dataclasses.replace(again, excluded=job.excluded, origins=origins)
+
+
+def _members(cluster: ClusterInfo, part: Partition) -> list[Node]:
+    return [n for n in cluster.nodes if part.name in n.partitions and n.usable]
+
+
 def _check_nodes(spec: JobSpec, cluster: ClusterInfo, part: Partition) -> None:
     """The partition's usable nodes: enough of them, each with the GPUs, CPUs and memory."""
     skip = _SKIP
-    members = [n for n in cluster.nodes if part.name in n.partitions and n.usable]
-    wanted_mb = memory_mb(spec.mem) if spec.mem else 0
+    members = _members(cluster, part)
+    mem_field, wanted_mb = _memory(spec)
+    cpus = spec.cpus
     limits = [
         ("gpus_per_node", spec.gpus_per_node, lambda n: n.gpus, "GPUs"),
-        ("cpus_per_task", spec.cpus_per_task, lambda n: n.cpus, "CPUs"),
-        ("mem", wanted_mb, lambda n: n.memory_mb, "MB of memory"),
+        (cpus.field, cpus.per_node, lambda n: n.cpus, "CPUs"),
+        (mem_field, wanted_mb, lambda n: n.memory_mb, "MB of memory"),
     ]
     for field, wanted, have, unit in limits:
         most = max((have(n) for n in members), default=0)
         if wanted > most:
             raise UserError(
-                f"{field}: {wanted} {unit} per node requested but the usable nodes "
-                f"of partition {part.name} have at most {most}: ask for {most} or fewer{skip}"
+                f"{field}: {_asked(spec, field, wanted)} {unit} per node requested but the "
+                f"usable nodes of partition {part.name} have at most {most}: "
+                f"{_fix(spec, field, most)}{skip}"
             )
     fitting = [n for n in members if all(have(n) >= wanted for _, wanted, have, _ in limits)]
     kept = [n for n in fitting if n.name not in spec.exclude]
@@ -99,7 +133,7 @@ def _check_nodes(spec: JobSpec, cluster: ClusterInfo, part: Partition) -> None:
         raise UserError(
             f"{_nodes_field(spec)}: {_nodes_text(spec)} requested but partition {part.name} "
             f"has only {len(fitting)} usable node(s) that can each give {spec.gpus_per_node} "
-            f"GPU(s), {spec.cpus_per_task} CPU(s) and {wanted_mb} MB{skip}"
+            f"GPU(s), {cpus.per_node} CPU(s) and {wanted_mb} MB{skip}"
         )
 
 
@@ -114,13 +148,30 @@ def _nodes_text(spec: JobSpec) -> str:
     return f"{spec.allocated_nodes} ({spec.nodes} nodes + {spec.spare_nodes} spare)"
 
 
-def memory_mb(text: str) -> int:
-    """Slurm's memory size (``--mem``; default unit MB) in MB."""
-    match = _MEM.fullmatch(text)
-    if not match:
-        raise ValueError(text)
-    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2}[match[2]]
-    return int(int(match[1]) * scale)
+def _memory(spec: JobSpec) -> tuple[str, int]:
+    """The memory field the job gave and its MB per node (0: the cluster's default)."""
+    if spec.mem_per_gpu:
+        return "mem_per_gpu", memory_mb(spec.mem_per_gpu) * spec.gpus_per_node
+    return "mem", memory_mb(spec.mem) if spec.mem else 0
+
+
+def _asked(spec: JobSpec, field: str, per_node: int) -> str:
+    """A per-GPU request said with what it makes per node: ``4 per GPU x 2 GPUs = 8``."""
+    if field in resources.PER_GPU:
+        per_gpu = per_node // max(1, spec.gpus_per_node)
+        return f"{per_gpu} per GPU x {spec.gpus_per_node} GPUs = {per_node}"
+    return str(per_node)
+
+
+def _fix(spec: JobSpec, field: str, most: int) -> str:
+    """What to ask instead: the flag and the most that fits (per GPU: the node's share)."""
+    flag = "--" + field.replace("_", "-")
+    if field in resources.PER_GPU:
+        share = most // max(1, spec.gpus_per_node)
+        if share < 1:  # fewer CPUs than GPUs: the node's CPUs, per node
+            return f"ask --cpus-per-task {most} or fewer instead"
+        return f"ask {flag} {share}{'' if field == 'cpus_per_gpu' else 'M'} or fewer"
+    return f"ask for {most} or fewer"
 
 
 def check_files(job: RenderedJob) -> None:
