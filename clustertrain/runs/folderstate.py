@@ -61,12 +61,11 @@ def implied(job_id: str, found: Sequence[Event], now: float) -> JobState:
     status = str(last.values.get("status", ""))
     if status == "0":
         return replace(known, state="COMPLETED", exit_code="0:0")
-    number = int(status) if _STATUS.fullmatch(status) else None
-    signal = ""
-    if number is not None and number > 128:  # as a shell says a process a signal ended
-        signal = f" (signal {number - 128}: cancelled, or the time limit?)"
-    if number is None:
+    if not _STATUS.fullmatch(status):
         return replace(known, state="FAILED", reason="its supervisor ended with no exit status")
+    number = int(status)
+    # As a shell says a process that signal N ended: 128 + N (SIGTERM: scancel, the time limit).
+    signal = f" (signal {number - 128}: cancelled, or the time limit?)" if number > 128 else ""
     return replace(
         known, state="FAILED", exit_code=f"{number}:0",
         reason=f"its supervisor ended with exit status {number}{signal}",
