@@ -1,7 +1,8 @@
-"""The dry run: a job file, flags and fields become a validated spec (clustertrain.spec), the
-nodes of your node record are excluded (clustertrain.settings.noderecord), and the spec is
-rendered into the exact scripts Slurm would run (clustertrain.render). Nothing is written,
-neither torch nor submitit imported."""
+"""The dry run: your site's defaults (clustertrain.settings.site), a job file, flags and fields
+become a validated spec (clustertrain.spec), the nodes of your node record are excluded
+(clustertrain.settings.noderecord), and the spec is rendered into the exact scripts Slurm would
+run (clustertrain.render), with where each value came from. Nothing is written, neither torch
+nor submitit imported."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Any
 from clustertrain import runs
 from clustertrain.errors import FieldError
 from clustertrain.render import RenderedJob, render
-from clustertrain.spec import JobSpec, build_spec, jobfile
+from clustertrain.spec import JobSpec, jobfile, resources
+from clustertrain.spec.build import Layer, Origins, build, job_file_values
 
 
 def plan(
@@ -31,26 +33,46 @@ def plan(
     """The job as it would be submitted (the dry run): validated, rendered, nothing written.
 
     ``skip_prepare`` drops the job's prepare commands (``--no-prepare``). With ``node_record``
-    (a Slurm job's), the nodes your node record holds are excluded unless the job says
-    ``avoid_bad_nodes: false`` (:mod:`clustertrain.settings.noderecord`)."""
+    (a Slurm job's; a local run's is not), your site's defaults are the lowest layer of the job
+    (:mod:`clustertrain.settings.site`) and the nodes your node record holds are excluded
+    unless the job says ``avoid_bad_nodes: false`` (:mod:`clustertrain.settings.noderecord`)."""
     if skip_prepare:
         if fields.get("prepare"):
             raise FieldError("prepare", fields["prepare"], "give it or skip it, not both")
         fields["prepare"] = []
-    # The virtual environment this runs in, unless the job file or a field names one.
-    defaults = {"venv": sys.prefix} if sys.prefix != sys.base_prefix else {}
     if job_file is None and fields.get("script") is None and fields.get("module") is None:
         job_file = default_job_file()
-    spec = build_spec(
-        jobfile.load(job_file) if job_file else None,
-        extra_args=extra_args,
-        defaults=defaults,
-        **fields,
-    )
+    layers = _layers(jobfile.load(job_file) if job_file else None, fields, site=node_record)
+    spec, origins = build(layers, extra_args)
     root = runs.runs_root(runs_dir)
     spec, excluded = _without_bad_nodes(spec, root) if node_record else (spec, ())
     job = render(spec, str(runs.new_run_dir(root, spec.name)), workdir or os.getcwd())
-    return dataclasses.replace(job, excluded=excluded)
+    return dataclasses.replace(job, excluded=excluded, origins=_said(spec, origins))
+
+
+def _layers(job_file: Any, fields: dict[str, Any], site: bool) -> list[Layer]:
+    """This environment's virtual environment, your site's defaults, the job file, the flags."""
+    layers = []
+    if sys.prefix != sys.base_prefix:  # unless the job file or a field names one
+        layers.append(Layer("this environment", {"venv": sys.prefix}))
+    if site:
+        from clustertrain.settings import site as sites  # lazy: start-up time
+
+        found = sites.defaults()
+        if found is not None:
+            layers.append(Layer(found.label, found.values, site=True))
+    layers.append(Layer("job file", job_file_values(job_file)))
+    return [*layers, Layer("flag", fields, unset_none=True)]
+
+
+def _said(spec: JobSpec, origins: Origins) -> tuple[tuple[str, str], ...]:
+    """Each given field's layers, and the CPU request clustertrain chose, as the dry run says
+    them."""
+    said = {name: " + ".join(labels) for name, labels in origins.items()}
+    note = resources.default_note(spec)
+    if note is not None:
+        said[spec.cpus.field] = note
+    return tuple(said.items())
 
 
 def _without_bad_nodes(spec: JobSpec, root: Path) -> tuple[JobSpec, tuple[str, ...]]:

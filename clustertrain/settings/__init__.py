@@ -3,21 +3,26 @@
 
   hosts.py       your login nodes (``hosts.yaml``): which clustertrain each one runs
   noderecord.py  the nodes your runs found bad, per cluster (``nodes/<cluster>.json``)
+  site.py        what every job on a cluster needs, per cluster (``sites.yaml``)
 
-Site defaults, when they come, are a module here beside them. The local test cluster's own
-configuration is not a setting of yours: it is ``clustertrain.localcluster``.
+The local test cluster's own configuration is not a setting of yours: it is
+``clustertrain.localcluster``. Per cluster means per slurm.conf ``ClusterName``
+(:func:`cluster_name`).
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from clustertrain.errors import UserError
-from clustertrain.files import RunFolderError, read_own
+from clustertrain.files import RunFolderError, read_own, read_regular
 
 # Moves the whole folder (tests, a second identity); else the XDG rule.
 ENV_CONFIG_DIR = "CLUSTERTRAIN_CONFIG_DIR"
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def config_dir() -> Path:
@@ -42,3 +47,20 @@ def read_setting(path: Path, limit: int, what: str) -> bytes:
         raise UserError(
             f"{what}: {error}; keep it a file of yours alone (chmod go-w, owned by you)"
         ) from None
+
+
+def cluster_name(environ: Mapping[str, str] | None = None) -> str | None:
+    """The ``ClusterName`` of the slurm.conf that Slurm's commands here read (``$SLURM_CONF``,
+    else Slurm's default file), or None where there is none to read (a laptop; a configless
+    site's login node) or it names none: a file read, no daemon asked."""
+    env = os.environ if environ is None else environ
+    conf = Path(env.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    try:
+        text = read_regular(conf, 1 << 20).decode("utf-8", "replace")
+    except (RunFolderError, OSError):
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().lower() == "clustername" and CLUSTER_NAME.fullmatch(value.strip()):
+            return value.strip()
+    return None

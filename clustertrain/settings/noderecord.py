@@ -29,12 +29,12 @@ from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, printable, read_regular
 from clustertrain.rank import events
 
+from . import cluster_name as settings_cluster_name
 from . import config_dir, read_setting
 
 EXPIRY_S = 7 * 24 * 3600
 # How many of the newest run folders a submission reads, and how much of each events file.
 RECENT_RUNS, EVENTS_BYTES, MAX_ENTRIES = 50, 1 << 20, 1000
-_CLUSTER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _DURATION = re.compile(r"([0-9]{1,5})([mhd])")
 _SECONDS = {"m": 60, "h": 3600, "d": 86400}
 
@@ -70,19 +70,9 @@ def node_name(text: str, what: str = "NODE") -> str:
 
 
 def cluster_name(environ: dict[str, str] | None = None) -> str:
-    """slurm.conf's ``ClusterName`` (``$SLURM_CONF``, else Slurm's default file), else
+    """slurm.conf's ``ClusterName`` (:func:`clustertrain.settings.cluster_name`), else
     ``default``: which record a submission reads."""
-    env = os.environ if environ is None else environ
-    conf = Path(env.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
-    try:
-        text = read_regular(conf, 1 << 20).decode("utf-8", "replace")
-    except (RunFolderError, OSError):
-        return "default"
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip().lower() == "clustername" and _CLUSTER.fullmatch(value.strip()):
-            return value.strip()
-    return "default"
+    return settings_cluster_name(environ) or "default"
 
 
 def path_for(cluster: str) -> Path:

@@ -144,3 +144,90 @@ def test_a_node_resolving_the_head_to_loopback_ends_the_job_naming_it(
     assert address in done.stdout and "where-am-i" not in done.stdout
     # It stopped before any launcher started: no node wrote a log of its ranks.
     assert not list((run_dir / "logs" / "attempt-0").glob("node*.out"))
+
+
+# A site's setup lines ---------------------------------------------------------------------------
+# tests/jobs/site_setup.py needs SITE_DATA_ROOT, as a training script needs what a site's module
+# or environment gives it; only a setup line of the job sets it.
+SETUP_JOB = """\
+script: tests/jobs/site_setup.py
+launcher: torchrun
+nodes: 2
+gpus_per_node: 0
+cpus_per_task: 1
+"""
+
+
+def _job_file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_setup_line_gives_the_job_what_it_needs_and_without_it_the_job_fails_in_one_line(
+    cluster: None,  # noqa: F811
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    with_line = SETUP_JOB + "setup: ['export SITE_DATA_ROOT=/shared/site-data']\n"
+    job_id, _ = submit(env, _job_file(tmp_path, "with.yaml", with_line))
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert done.stdout.count("reads /shared/site-data") == 2, done.stdout[-3000:]
+
+    job_id, _ = submit(env, _job_file(tmp_path, "without.yaml", SETUP_JOB))
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode != 0
+    assert "site-setup: SITE_DATA_ROOT is not set" in done.stdout, done.stdout[-3000:]
+    assert "FAILED" in run_cli("status", job_id, env=env).stdout
+
+
+def test_a_setup_line_that_fails_ends_the_job_in_one_line_before_any_rank(
+    cluster: None,  # noqa: F811
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    lines = "setup: ['export SITE_DATA_ROOT=/shared/site-data', 'test -d /no/such/site/folder']\n"
+    job_id, run_dir = submit(env, _job_file(tmp_path, "failing.yaml", SETUP_JOB + lines))
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode != 0
+    said = "clustertrain: setup line 2 failed (exit 1): test -d /no/such/site/folder"
+    assert said in done.stdout, done.stdout[-3000:]
+    assert "site-setup:" not in done.stdout  # no rank started
+    assert not list((run_dir / "logs").rglob("node*.out"))  # nor any launcher
+
+
+def test_your_sites_file_gives_every_job_on_this_cluster_its_setup_line(
+    cluster: None,  # noqa: F811
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """The entry named by the local cluster's ClusterName (clustertrain), read by `submit`."""
+    config = tmp_path / "config"
+    (config / "clustertrain").mkdir(parents=True)
+    (config / "clustertrain" / "sites.yaml").write_text(
+        "clustertrain:\n  setup: ['export SITE_DATA_ROOT=/from/site/defaults']\n"
+    )
+    env = {**env, "XDG_CONFIG_HOME": str(config)}
+    job_file = _job_file(tmp_path, "plain.yaml", SETUP_JOB)
+    dry = run_cli("submit", job_file, "--dry-run", env=env)
+    assert "setup: 1 line(s), in the script below  (site defaults: clustertrain)" in dry.stdout
+    job_id, _ = submit(env, job_file)
+    done = run_cli("logs", job_id, "--follow", env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert done.stdout.count("reads /from/site/defaults") == 2, done.stdout[-3000:]
+
+
+def test_the_default_cpus_per_gpu_is_fitted_to_the_nodes_and_each_rank_gets_them(
+    layout: local.Layout, env: dict[str, str]
+) -> None:
+    """4 CPUs per GPU, cut to what a node has for its GPUs (a 2-core machine's nodes: 1 per
+    GPU); the step gets them too (srun --cpus-per-gpu), shared by the node's 2 ranks."""
+    if not layout.gpus_per_node:
+        pytest.skip("the local cluster's nodes have no GPUs (cluster up --gpus-per-node 0)")
+    per_gpu = max(1, min(4, layout.cpus_per_node // layout.gpus_per_node))
+    flags = ["--nodes", "2", "--gpus-per-node", str(layout.gpus_per_node)]
+    ranks, out, run_dir = _ranks(env, *flags)
+    assert f"#SBATCH --cpus-per-gpu={per_gpu}\n" in (run_dir / "job.sbatch").read_text()
+    assert len(ranks) == 2 * layout.gpus_per_node, out[-3000:]
+    assert {len(r["cpus"]) for r in ranks} == {per_gpu * layout.gpus_per_node}, ranks

@@ -93,12 +93,16 @@ def metrics(run_dir: Path) -> list[dict[str, object]]:
 
 @pytest.mark.every_slurm
 def test_torchrun_2x2_trains_and_slurm_got_the_dry_run(cluster: None, env: dict[str, str]) -> None:
+    # CPUs given: a default CPU request is fitted to the partition at submission, which the dry
+    # run cannot ask (docs/your-site.md); everything else must be the same.
     args = [
         "jobs/mnist.yaml",
         "--nodes",
         "2",
         "--gpus-per-node",
         "2",
+        "--cpus-per-gpu",
+        "1",
         "--",
         "--strategy",
         "ddp",
