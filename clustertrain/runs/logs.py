@@ -230,6 +230,34 @@ def first_failure(run: Run) -> Failure | None:
     return min(found, key=lambda item: item[0])[1] if found else None
 
 
+# What the batch script (setup lines) and each node's launch script (node_setup lines) print
+# when one of the job's setup lines fails (templates/slurm/sbatch.sh.j2, launch.sh.j2).
+_SETUP_FAILED = re.compile(
+    r"^clustertrain: (?:node_)?setup line [0-9]{1,4} failed "
+    r"(?:on \S{1,64} )?\(exit [0-9]{1,3}\): .*$",
+    re.MULTILINE,
+)
+
+
+def setup_failure(run: Run) -> str | None:
+    """The line that says which of the job's setup lines failed, and how, if one did: in the
+    batch shell's log, else in a node's (the newest attempt's)."""
+    logs = [run.logs_dir / f"slurm-{run.job_id}.err"]
+    nodes = [log for log in log_files(run) if log.stream == "err" and log.node != "batch"]
+    if nodes:
+        newest = max(log.attempt for log in nodes)
+        logs += [log.path for log in nodes if log.attempt == newest]
+    for path in logs:
+        try:
+            text = read_regular(path, _FAILURE_TAIL_BYTES, True, run.folder)
+        except RunFolderError:
+            continue
+        found = _SETUP_FAILED.findall(text.decode("utf-8", "replace"))
+        if found:
+            return printable(found[-1].removeprefix("clustertrain: "))[:300]
+    return None
+
+
 def lost_nodes(run: Run) -> list[str]:
     """The nodes Slurm declared failed under the job's steps, as srun reported them in the
     batch shell's log, every attempt's, in order."""

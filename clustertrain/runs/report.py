@@ -33,6 +33,8 @@ class Report:
     lost_nodes: tuple[str, ...] = ()
     # What the scheduler said when it could not be asked (the state is the run folder's).
     unreachable: str | None = None
+    # Which of the job's setup lines failed (before any rank started), if one did.
+    setup: str | None = None
     # What the scheduler's accounting recorded once the job ended (Slurm: sacct), where kept.
     accounting: Accounting | None = None
 
@@ -46,6 +48,7 @@ class Report:
         said = [self.progress.line()] if self.progress else []
         said += list(self.notes)
         said += [f"final {self.headline.text()}"] if self.headline else []
+        said += [self.setup] if self.setup else []
         said += [self.hang] if self.hang else []
         said += self.failure.lines() if self.failure else []
         if self.lost_nodes:
@@ -92,6 +95,7 @@ def report(
         progress=None if state.finished else timeline.progress(attempts, run.metric),
         notes=tuple(notes),
         headline=timeline.headline(found, run.metric) if state.finished else None,
+        setup=logs.setup_failure(run) if failed else None,
         hang=logs.hang(run) if failed else None,
         failure=logs.first_failure(run) if failed else None,
         lost_nodes=tuple(logs.lost_nodes(run)),

@@ -430,3 +430,18 @@ def test_a_folder_swapped_for_a_link_after_it_was_listed_leads_nowhere(tmp_path:
     found = logs.LogFile(attempt / "node1.out", 0, "node1", "out")
     assert list(logs._lines(found.path, run.folder)) == []
     assert open_regular(run.path / "job.json", within=run.path).read(1) == b"{"
+
+
+def test_a_failed_setup_line_is_read_back_from_the_batch_log_or_a_nodes(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "8")
+    assert logs.setup_failure(run) is None
+    run.logs_dir.mkdir(parents=True, exist_ok=True)
+    (run.logs_dir / "slurm-8.err").write_text(
+        "Lmod has detected the following error: ...\n"
+        "clustertrain: setup line 2 failed (exit 1): module load \x1b[2Jno-such-module\n"
+    )
+    assert logs.setup_failure(run) == (
+        "setup line 2 failed (exit 1): module load \\x1b[2Jno-such-module"
+    )
+    (run.logs_dir / "slurm-8.err").write_text("clustertrain: setup line x failed: forged\n")
+    assert logs.setup_failure(run) is None  # not what the batch script prints
