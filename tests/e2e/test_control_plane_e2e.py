@@ -23,7 +23,10 @@ from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 # Three short epochs on 2 nodes: the outage below starts in the first and ends well before the
 # last (the job outlives it, so the follower sees the controller come back).
-JOB = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--", *SLURM_ARGS]
+# 24,000 images an epoch: the job trains some 40 s, twice the outage (4,000 ended within it).
+TRAIN = [*SLURM_ARGS[: SLURM_ARGS.index("--limit-train") + 1], "24000"]
+TRAIN += SLURM_ARGS[SLURM_ARGS.index("--limit-train") + 2 :]
+JOB = ["jobs/mnist.yaml", "--nodes", "2", "--gpus-per-node", "1", "--", *TRAIN]
 OUTAGE_S = 20
 
 
