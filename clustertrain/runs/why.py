@@ -46,6 +46,7 @@ MAX_EVIDENCE = 20
 _TAIL_BYTES = 256 << 10  # of each node's stderr: the end is where a failure is reported
 _TAIL_LINES = 200  # of each writer (rank or launcher) in it
 _LINE_CHARS = 2000
+_MAX_WORLD = 1 << 16  # a job.json's world size beyond this is not believed
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,11 @@ class Exit:
 class Records:
     """What a failed run's records say, as :func:`cause` reads them: Slurm's ``state``,
     ``reason``, ``exit_code`` and ``elapsed``; each writer's last lines (``tails``) and the
-    launchers' reports (``exits``) of the newest attempt, its ``nodes``; the batch shell's last
-    stderr lines (``batch``: srun's and slurmstepd's words); Slurm's ``accounting``; the
-    watchdog's ``hang`` verdict, the ``lost_nodes``, the failed ``setup`` line; from the
-    events, the supervisor's ``ended`` status, the ``requeues`` and the ``last_metric``; who
-    cancelled it (``cancelled_by``)."""
+    launchers' reports (``exits``) of the newest attempt, its ``nodes`` and ``world_size``;
+    the batch shell's last stderr lines (``batch``: srun's and slurmstepd's words); Slurm's
+    ``accounting``; the watchdog's ``hang`` verdict, the ``lost_nodes``, the failed ``setup``
+    line; from the events, the supervisor's ``ended`` status, the ``requeues`` and the
+    ``last_metric``; who cancelled it (``cancelled_by``)."""
 
     job_id: str = ""
     state: str = "UNKNOWN"
@@ -87,6 +88,7 @@ class Records:
     tails: tuple[Tail, ...] = ()
     exits: tuple[Exit, ...] = ()
     nodes: tuple[str, ...] = ()
+    world_size: int = 0
     batch: tuple[str, ...] = ()
     accounting: Accounting | None = None
     hang: str | None = None
@@ -255,6 +257,7 @@ def read(
         tails=tuple(tails),
         exits=tuple(exits),
         nodes=tuple(nodes),
+        world_size=run.world_size if 0 < run.world_size <= _MAX_WORLD else 0,
         batch=tuple(_lines(run, run.logs_dir / f"slurm-{run.job_id}.err")),
         accounting=accounting,
         hang=logs.hang(run),

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from enum import StrEnum
+from enum import Enum
 from pathlib import PurePosixPath
 
 from clustertrain.runs import fold
 
 
-class Kind(StrEnum):
+class Kind(str, Enum):
     """Each way a job ends that ``status`` names, with its own headline and hint."""
 
     EXCEPTION = "exception"  # a Python exception (or a script's own "error: ...") in user code
@@ -141,9 +141,11 @@ _LAUNCHER_REPORT = re.compile(r"ChildFailedError|SignalException")
 # Slurm's words in the batch shell's stderr: slurmstepd's end of a job or step, and the OOM
 # killer's kills as slurmstepd and srun report them.
 SLURM_END = re.compile(
-    r"\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED(?: AT (\S+))?(?: DUE TO ([A-Z ]+?))? \*\*\*"
+    r"\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED(?: AT (\S+))?(?: DUE TO ([A-Z ]+?))?"
+    r"(?:, [^*]{0,80})? \*\*\*"
 )
-OOM_KILL = re.compile(r"Detected \d+ oom[-_]kill events?|: tasks? [\d,-]+: Out Of Memory")
+OOM_KILLS = re.compile(r"Detected \d+ oom[-_]kill events?")
+OOM_KILL = re.compile(OOM_KILLS.pattern + r"|: tasks? [\d,-]+: Out Of Memory")
 OOM_NODE = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: Out Of Memory")
 
 
@@ -198,8 +200,6 @@ def _anywhere(line: str) -> Finding | None:
         return Finding(Kind.COLLECTIVE, TIMED_OUT, line, what)
     if _RENDEZVOUS.search(line):
         return Finding(Kind.RENDEZVOUS, OWN, line, line)
-    if _NCCL_NAMED.match(line):
-        return Finding(Kind.COLLECTIVE, COLLECTIVE_ERROR, line, line)
     if nccl := _NCCL_ERROR.search(line):
         version = _NCCL_VERSION.search(line)
         what = nccl[1].rstrip(".,") + (f" (NCCL {version[1]})" if version else "")
@@ -234,6 +234,8 @@ def classify(lines: list[str]) -> Finding | None:
     nothing of an end."""
     best: tuple[tuple[int, int, int], Finding] | None = None
     for at, line in enumerate(lines):
+        if _NCCL_NAMED.match(line):
+            continue  # NCCL's own words restate torch's line above them
         found = _anywhere(line) or _as_error(line)
         if found is None:
             continue

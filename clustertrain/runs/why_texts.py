@@ -6,6 +6,7 @@ run folder are quoted here as written; ``why`` escapes every text of a cause onc
 
 from __future__ import annotations
 
+import re
 import signal as signals
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from clustertrain.runs.timeline import duration
 from clustertrain.runs.why_kinds import (
     OOM_KILL,
+    OOM_KILLS,
     SLURM_END,
     TIMED_OUT,
     Cause,
@@ -84,13 +86,15 @@ def _logs(records: Records, end: End | None) -> str:
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    """``rank 3``, ``ranks 0, 2, 5``, ``ranks 0-7``."""
-    found = sorted(set(ranks))
-    if len(found) == 1:
-        return f"rank {found[0]}"
-    if found == list(range(found[0], found[-1] + 1)):
-        return f"ranks {found[0]}-{found[-1]}"
-    return "ranks " + ", ".join(map(str, found))
+    """``rank 3``, ``ranks 0, 2-5``: as the watchdog names ranks."""
+    spans: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if spans and rank == spans[-1][-1] + 1:
+            spans[-1].append(rank)
+        else:
+            spans.append([rank])
+    said = ", ".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0]) for s in spans)
+    return f"rank{'s' if len(set(ranks)) > 1 else ''} {said}"
 
 
 def evidence(records: Records, end: End | None, found: Sequence[End]) -> tuple[str, ...]:
@@ -106,8 +110,32 @@ def evidence(records: Records, end: End | None, found: Sequence[End]) -> tuple[s
         said.append(f"{end.label()}: {end.finding.line}")
     others = [e for e in found if e is not end][:_OTHERS]
     said += [f"{e.label()}: {_quote(e.finding.line)}" for e in others]
-    slurm = [line for line in records.batch if SLURM_END.search(line) or OOM_KILL.search(line)]
+    slurm = [line for line in records.batch if _SLURM_SAID.search(line)]
     return tuple(said + [f"batch ! {line}" for line in slurm[-4:]])
+
+
+# What of the batch shell's stderr is evidence: Slurm's words of the end, and clustertrain's.
+_SLURM_SAID = re.compile(
+    SLURM_END.pattern + "|" + OOM_KILL.pattern + r"|^srun: error: |^clustertrain: "
+)
+# The line that decided a kind that no rank decided, by what it says.
+_DECISIVE = {
+    Kind.TIME_LIMIT: re.compile(r"DUE TO TIME LIMIT"),
+    Kind.PREEMPTED: re.compile(r"DUE TO PREEMPTION"),
+    Kind.NODE_LOST: re.compile(r"Node failure on|DUE TO NODE FAILURE"),
+    Kind.CANCELLED: re.compile(r"\*\*\* JOB \S+ ON \S+ CANCELLED(?: AT \S+)? \*\*\*"),
+    Kind.HOST_OOM: OOM_KILL,
+}
+
+
+def _decisive(kind: Kind, records: Records, end: End | None) -> str:
+    pattern = _DECISIVE.get(kind)
+    said = [line for line in records.batch if pattern and pattern.search(line)]
+    if said:
+        return said[-1].strip()
+    if end is not None:
+        return end.finding.line.strip()
+    return {Kind.HANG: records.hang, Kind.SETUP: records.setup}.get(kind) or ""
 
 
 # What to do, by kind (and a few variants of one); the headlines are built below.
@@ -191,7 +219,9 @@ def _host_oom(c: _Case) -> str:
     why = ["Slurm: OUT_OF_MEMORY"] if records.state == "OUT_OF_MEMORY" else []
     steps = [s for s in (kept.steps if kept else ()) if s.state == "OUT_OF_MEMORY"]
     why += [f"step {s.step} OUT_OF_MEMORY" for s in steps if not why][:1]
-    why += [_quote(m[0]) for line in records.batch if (m := OOM_KILL.search(line))][-1:]
+    kills = [m[0] for line in records.batch if (m := OOM_KILLS.search(line))]
+    srun = [line for line in records.batch if OOM_KILL.search(line)]
+    why += kills[-1:] or [f"srun: {_quote(line.rpartition(': ')[2])}" for line in srun[-1:]]
     rss = max((s.max_rss_kb for s in steps if s.max_rss_kb), default=None)
     why += [f"MaxRSS {rss / (1 << 20):.1f} GiB"] if rss else []
     who = c.end.who() if c.end else f"a process on {c.node}" if c.node else "a process"
@@ -226,7 +256,8 @@ def _collective(c: _Case) -> tuple[str, str]:
     f, who = c.it.finding, c.it.who()
     if f.weight == TIMED_OUT:
         timed = [e.rank for e in c.found if e.finding.weight == TIMED_OUT and e.rank is not None]
-        quiet = sorted({t.rank for t in c.records.tails if t.rank is not None} - set(timed))
+        world = set(range(c.records.world_size)) or {t.rank for t in c.records.tails}
+        quiet = sorted({rank for rank in world if rank is not None} - set(timed))
         others = f" ({_ranks(timed)} timed out)" if len(timed) > 1 else ""
         suspects = f"; {_ranks(quiet)} did not: the suspects" if quiet and timed else ""
         return f"a collective timed out on {who}: {f.detail}{others}{suspects}", _HINTS["timed out"]
@@ -268,14 +299,16 @@ def _missing_data(c: _Case) -> str:
 
 def _disk_full(c: _Case) -> str:
     f = c.it.finding
-    return f"{c.it.who()} could not write: no space left on device ({_quote(f.line)}){_at(f.where)}"
+    at = f", at {f.where}" if f.where else ""
+    return f"{c.it.who()} could not write: no space left on device ({_quote(f.line)}{at})"
 
 
 def _time_limit(c: _Case) -> str:
     records, kept = c.records, c.records.accounting
     took = records.elapsed or (duration(kept.elapsed_s) if kept and kept.elapsed_s else "")
     metric = f"; last {records.last_metric}" if records.last_metric else ""
-    return f"reached its time limit{f' after {took}' if took else ''} (Slurm: TIMEOUT){metric}"
+    said = "Slurm: TIMEOUT" if records.state == "TIMEOUT" else "Slurm ended it DUE TO TIME LIMIT"
+    return f"reached its time limit{f' after {took}' if took else ''} ({said}){metric}"
 
 
 def _preempted(c: _Case) -> str:
@@ -354,6 +387,6 @@ def build(
         hint=hint,
         ranks=(end.rank,) if end is not None and end.rank is not None else (),
         node=node or lost or (end.node if end is not None else None),
-        decisive=end.finding.line.strip() if end is not None else "",
+        decisive=_decisive(kind, records, end),
         evidence=evidence(records, end, found),
     )
