@@ -15,13 +15,14 @@ the cause while another rank says more. Each writer's lines are read by
 from __future__ import annotations
 
 import pwd
+import re
 import signal as signals
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clustertrain.files import RunFolderError, printable, read_regular
-from clustertrain.jobstate import TERMINAL_STATES, Accounting, JobState
+from clustertrain.jobstate import RUN_FOLDER, SLURM, TERMINAL_STATES, Accounting, JobState
 from clustertrain.rank import events
 from clustertrain.rank.events import Event
 from clustertrain.runs import logs, timeline
@@ -72,16 +73,17 @@ class Exit:
 
 @dataclass(frozen=True)
 class Records:
-    """What a failed run's records say, as :func:`cause` reads them: Slurm's ``state``,
-    ``reason``, ``exit_code`` and ``elapsed``; each writer's last lines (``tails``) and the
-    launchers' reports (``exits``) of the newest attempt, its ``nodes`` and ``world_size``;
-    the batch shell's last stderr lines (``batch``: srun's and slurmstepd's words); Slurm's
-    ``accounting``; the watchdog's ``hang`` verdict, the ``lost_nodes``, the failed ``setup``
-    line; from the events, the supervisor's ``ended`` status, the ``requeues`` and the
-    ``last_metric``; who cancelled it (``cancelled_by``)."""
+    """What a failed run's records say, as :func:`cause` reads them: Slurm's ``state`` (and
+    where it came from: its ``source``), ``reason``, ``exit_code`` and ``elapsed``; each
+    writer's last lines (``tails``) and the launchers' reports (``exits``) of the newest
+    attempt, its ``nodes`` and ``world_size``; the batch shell's last stderr lines (``batch``:
+    srun's and slurmstepd's words); Slurm's ``accounting``; the watchdog's ``hang`` verdict,
+    the ``lost_nodes``, the failed ``setup`` line; from the events, the supervisor's ``ended``
+    status, the ``requeues`` and the ``last_metric``; who cancelled it (``cancelled_by``)."""
 
     job_id: str = ""
     state: str = "UNKNOWN"
+    source: str = SLURM
     reason: str = ""
     exit_code: str = ""
     elapsed: str = ""
@@ -159,7 +161,7 @@ def ends(records: Records) -> list[End]:
             found.append(End(said.node, said.rank, None, finding, (), said))
 
     def suspicion(end: End) -> tuple[int, str, bool, int]:
-        when = end.exit.time if end.exit is not None else "~"
+        when = end.exit.time if end.exit is not None and end.exit.time else "~"
         killed = end.exit is not None and end.exit.exit_code < 0
         return (end.finding.weight, when, not killed, end.rank if end.rank is not None else 1 << 30)
 
@@ -188,8 +190,11 @@ def cause(records: Records) -> Cause | None:
 def _scheduler(records: Records, found: list[End]) -> Cause | None:
     """What Slurm decided: its state, accounting, and slurmstepd's and srun's words."""
     text = "\n".join(records.batch)
-    dues = {m[5] for m in SLURM_END.finditer(text) if m[5]}
-    job_cancelled = any(m[1] == "JOB" and not m[5] for m in SLURM_END.finditer(text))
+    # The batch log holds every attempt's words: where Slurm itself says how the job ended,
+    # slurmstepd's "DUE TO" of an earlier attempt (a preemption since requeued) is not this end.
+    ends_said = [m for m in SLURM_END.finditer(text)] if records.source == RUN_FOLDER else []
+    dues = {m[5] for m in ends_said if m[5]}
+    job_cancelled = any(m[1] == "JOB" and not m[5] for m in ends_said)
     accounted = records.accounting
     oom_steps = accounted is not None and any(s.state == "OUT_OF_MEMORY" for s in accounted.steps)
     state = records.state
@@ -250,7 +255,8 @@ def read(
     by = accounting.cancelled_by if accounting is not None else ""
     return Records(
         job_id=run.job_id,
-        state=state.state,
+        state=state.state.rstrip("+"),  # sacct's CANCELLED+
+        source=state.source,
         reason=state.reason,
         exit_code=state.exit_code,
         elapsed=state.elapsed,
@@ -289,10 +295,34 @@ def _node_tails(run: Run) -> tuple[list[Tail], list[Exit], list[str]]:
         if report is not None:
             rank, local = int(report["rank"][0]), int(report["rank"][1])
             exits.append(Exit(log.node, rank, int(report["exit"][0]), report["time"][0]))
+            exits += [e for e in _other_failures(lines, log.node) if e.rank != rank]
             if (None, local) in writers and (rank, None) not in writers:  # torch 1.x
                 writers[(rank, local)] = writers.pop((None, local))
         tails += [Tail(log.node, r, tuple(t[-_TAIL_LINES:]), lo) for (r, lo), t in writers.items()]
     return tails, exits, nodes
+
+
+# The other ranks a launcher's failure report lists (those it stopped, or that failed after the
+# first), between its "Failures:" and its root cause, a field a line.
+_FAILURES, _ROOT = "Failures:", "Root Cause (first observed failure):"
+_RANK_FIELD = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: \d{1,9}\)")
+_EXIT_FIELD = re.compile(r"\bexitcode\s*: (-?\d{1,4})\b")
+
+
+def _other_failures(lines: list[str], node: str) -> list[Exit]:
+    """The ranks the last failure report of ``lines`` lists besides its root cause."""
+    found: list[Exit] = []
+    inside, rank = False, None
+    for line in lines:
+        if line.startswith(_FAILURES) or _ROOT in line:
+            inside, rank = line.startswith(_FAILURES), None
+            found = [] if inside else found
+        elif inside and (match := _RANK_FIELD.search(line)):
+            rank = int(match[1])
+        elif inside and rank is not None and (match := _EXIT_FIELD.search(line)):
+            found.append(Exit(node, rank, int(match[1])))
+            rank = None
+    return found
 
 
 def _lines(run: Run, path: Path) -> list[str]:

@@ -256,8 +256,8 @@ def _collective(c: _Case) -> tuple[str, str]:
     f, who = c.it.finding, c.it.who()
     if f.weight == TIMED_OUT:
         timed = [e.rank for e in c.found if e.finding.weight == TIMED_OUT and e.rank is not None]
-        world = set(range(c.records.world_size)) or {t.rank for t in c.records.tails}
-        quiet = sorted({rank for rank in world if rank is not None} - set(timed))
+        tails = {t.rank for t in c.records.tails if t.rank is not None}
+        quiet = sorted((set(range(c.records.world_size)) or tails) - set(timed))
         others = f" ({_ranks(timed)} timed out)" if len(timed) > 1 else ""
         suspects = f"; {_ranks(quiet)} did not: the suspects" if quiet and timed else ""
         return f"a collective timed out on {who}: {f.detail}{others}{suspects}", _HINTS["timed out"]

@@ -114,6 +114,29 @@ def test_an_abort_while_the_others_still_trained_is_no_finished_job() -> None:
     assert found.headline.startswith("rank 0 on node1 aborted at exit (SIGABRT, signal 6)")
 
 
+def test_an_abort_at_exit_while_a_rank_was_stopped_is_no_finished_job() -> None:
+    """Its launcher's report lists another rank it stopped (SIGTERM): that rank had not
+    finished, whatever its lines say."""
+    tails = (why.Tail("node1", 0, ("terminate called without an active exception",)),)
+    exits = (why.Exit("node1", 0, -6, "2026-12-07_10:00:00"), why.Exit("node1", 1, -15))
+    found = why.cause(why.Records(state="FAILED", tails=tails, exits=exits))
+    assert found is not None and found.kind is why.Kind.SIGNAL and found.rank == 0, found
+    alone = why.cause(why.Records(state="FAILED", tails=tails, exits=exits[:1]))
+    assert alone is not None and alone.kind is why.Kind.DIED_AT_EXIT, alone
+
+
+def test_slurmstepd_words_of_an_earlier_attempt_do_not_outweigh_slurms_own_state() -> None:
+    """The batch log keeps every attempt's lines: a preemption since requeued is not why the
+    last attempt failed, where Slurm itself says FAILED."""
+    batch = ("slurmstepd: error: *** JOB 42 ON node1 CANCELLED AT 2026-12-07T10:00:00 DUE TO "
+             "PREEMPTION ***",)  # fmt: skip
+    tails = (why.Tail("node1", 1, ("KeyError: 'lr'",)),)
+    found = why.cause(why.Records(state="FAILED", tails=tails, batch=batch))
+    assert found is not None and found.kind is why.Kind.EXCEPTION, found
+    folder = why.cause(why.Records(state="FAILED", source="run folder", batch=batch))
+    assert folder is not None and folder.kind is why.Kind.PREEMPTED, folder
+
+
 def _hostile_run(tmp_path: Path) -> runs.Run:
     run = _run(tmp_path)
     (run.logs_dir / "attempt-0").mkdir()
@@ -187,3 +210,25 @@ def test_status_prints_the_headline_first_and_says_nothing_twice(tmp_path: Path)
     assert lines[0] == "node2 lost: Slurm declared it down and ended the job (NODE_FAIL)"
     assert lines[1].startswith("hint: ")
     assert not any(line.startswith("lost node(s):") for line in lines)
+
+
+class _Backend:
+    """What Job asks of its backend for a status: the state and the accounting."""
+
+    def state(self, run: runs.Run) -> JobState:
+        return JobState(JOB_ID, "FAILED", exit_code="1:0")
+
+    def accounting(self, run: runs.Run) -> None:
+        return None
+
+
+def test_the_api_failure_is_the_cause_status_prints(tmp_path: Path) -> None:
+    from clustertrain.api import Job
+
+    run = _run(tmp_path / "runs")
+    _lay_out(CORPUS / "exception" / "rank1-raises", run)
+    job = Job(run, _Backend())  # type: ignore[arg-type]
+    failure = job.failure
+    assert failure is not None and failure.kind is why.Kind.EXCEPTION
+    assert (failure.rank, failure.node) == (1, "node1")
+    assert job.status().lines()[0] == failure.headline
