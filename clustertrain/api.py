@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from clustertrain.jobstate import Accounting, JobState
     from clustertrain.runs.folderstate import Answer
     from clustertrain.runs.report import Report
+    from clustertrain.runs.why import Cause
 
 __all__ = [
     "Job",
@@ -358,6 +359,13 @@ class Job:
             except UserError:  # accounting down (slurmdbd), or none: the rest still answers
                 kept = None
         return report(self.run, answer.state, warn or (lambda _: None), answer.unreachable, kept)
+
+    @property
+    def failure(self) -> Cause | None:
+        """Why the job did not complete: its kind, rank, node, one-line headline, decisive line,
+        hint and evidence (see :mod:`clustertrain.runs.why`); None while it runs or once it
+        completed. ``status`` prints the same headline."""
+        return self.status().cause
 
     def accounting(self) -> Accounting | None:
         """What the backend's accounting recorded of the job (Slurm: sacct), or None."""

@@ -162,6 +162,8 @@ class Accounting:
     exit_code: str = ""
     elapsed_s: int = 0
     steps: tuple[StepUsage, ...] = ()
+    # Who cancelled it, as sacct says ("CANCELLED by 1000": the uid), where one did.
+    cancelled_by: str = ""
 
     def lines(self) -> list[str]:
         """What ``status`` prints of it: the job's exit code and time, then each step's use."""

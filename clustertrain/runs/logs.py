@@ -85,7 +85,7 @@ def log_files(run: Run) -> list[LogFile]:
     return list_log_files(run.logs_dir, run.job_id)
 
 
-def _split_prefix(line: str) -> tuple[int | None, int | None, str]:
+def split_prefix(line: str) -> tuple[int | None, int | None, str]:
     """A line's (global rank, local rank, text): torch 2 prefixes "[rankN]: ", torch 1.x
     "[defaultL]:" with the local rank only; a launcher's own lines have neither."""
     if match := _RANK_PREFIX.match(line):
@@ -118,7 +118,7 @@ class _Reader:
         self.folder = None if filters.raw else fold.Folder(printable(where))
 
     def feed(self, line: str) -> Iterator[str]:
-        split = fold.Line(*_split_prefix(line))
+        split = fold.Line(*split_prefix(line))
         return self._shown([split] if self.folder is None else self.folder.feed(split))
 
     def finish(self) -> Iterator[str]:
@@ -217,7 +217,7 @@ def first_failure(run: Run) -> Failure | None:
         rank, local = int(cause["rank"][0]), int(cause["rank"][1])
         own = [
             rest
-            for got_rank, got_local, rest in map(_split_prefix, text.splitlines())
+            for got_rank, got_local, rest in map(split_prefix, text.splitlines())
             if got_rank == rank or got_local == local
         ]
         error = next((line for line in reversed(own) if _ERROR_LINE.match(line)), None)

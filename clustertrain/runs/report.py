@@ -2,18 +2,18 @@
 and its run folder, which ``status``, ``list``, the notebook and ``Job.status()`` all ask.
 
 The pieces are read where they are kept (timeline.py: attempts, progress, the headline metric;
-logs.py: the first failing rank, a hang, lost nodes); this module only gathers them, so that the
-next cause of failure is taught here once and every surface says it.
+logs.py: the first failing rank, a hang, lost nodes) and why a job failed is said by its one
+owner (why.py: the cause, its headline and hint); this module only gathers them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustertrain.files import printable
 from clustertrain.jobstate import RUN_FOLDER, SACCT, Accounting, JobState
-from clustertrain.runs import logs, timeline
+from clustertrain.runs import logs, timeline, why
 from clustertrain.runs.folder import Run
 
 
@@ -21,7 +21,8 @@ from clustertrain.runs.folder import Run
 class Report:
     """A job as it stands: its ``state``, where training is (``progress``, while it runs), what
     happened on the way (``notes``: qualification, stragglers, restarts), its ``headline``
-    metric once it ended, and for a job that did not complete, why (``hang``, ``failure``),
+    metric once it ended, and for a job that did not complete, why: its ``cause`` (one owner:
+    :mod:`clustertrain.runs.why`) and the details below it (``hang``, ``failure``, ``setup``),
     and the nodes it lost."""
 
     state: JobState
@@ -37,6 +38,9 @@ class Report:
     setup: str | None = None
     # What the scheduler's accounting recorded once the job ended (Slurm: sacct), where kept.
     accounting: Accounting | None = None
+    # Why it did not complete, said once (clustertrain.runs.why); None while it runs or once
+    # it completed.
+    cause: why.Cause | None = None
 
     @property
     def source(self) -> str:
@@ -45,13 +49,23 @@ class Report:
 
     def lines(self) -> list[str]:
         """What ``status`` prints below the job's state, a line each."""
-        said = [self.progress.line()] if self.progress else []
+        cause = self.cause
+        said = cause.lines() if cause else []  # the headline first: what failed, and where
+        said += [self.progress.line()] if self.progress else []
         said += list(self.notes)
-        said += [f"final {self.headline.text()}"] if self.headline else []
-        said += [self.setup] if self.setup else []
-        said += [self.hang] if self.hang else []
-        said += self.failure.lines() if self.failure else []
-        if self.lost_nodes:
+        said += (
+            [f"final {self.headline.text()}"]
+            if self.headline and not _said(cause, why.Kind.DIED_AT_EXIT, why.Kind.TIME_LIMIT)
+            else []
+        )
+        said += [self.setup] if self.setup and not _said(cause, why.Kind.SETUP) else []
+        said += [self.hang] if self.hang and not _said(cause, why.Kind.HANG) else []
+        if self.failure:
+            failure = self.failure
+            if cause and cause.ranks == (failure.rank,) and cause.node == failure.node:
+                failure = replace(failure, error=None)  # its error is the headline's
+            said += failure.lines()
+        if self.lost_nodes and not _said(cause, why.Kind.NODE_LOST):
             when = (
                 "the job ended NODE_FAIL" if self.state.state == "NODE_FAIL"
                 else "in an earlier attempt"
@@ -66,11 +80,18 @@ class Report:
         """Where the state came from, when not from Slurm's controller or a local run's own
         supervisor."""
         if self.source == RUN_FOLDER:
-            why = f" ({printable(self.unreachable)})" if self.unreachable else ""
-            return [f"Slurm not reachable: from the run folder{why}"]
+            said = f" ({printable(self.unreachable)})" if self.unreachable else ""
+            return [f"Slurm not reachable: from the run folder{said}"]
         if self.source == SACCT:
             return ["from Slurm's accounting (sacct): the controller no longer holds the job"]
         return []
+
+
+def _said(cause: why.Cause | None, *kinds: why.Kind) -> bool:
+    """Whether the cause's headline already says what a detail line would: it is of one of
+    ``kinds`` (the final metric of a job that died at exit or reached its time limit, the
+    hang, the setup line, the lost nodes)."""
+    return cause is not None and cause.kind in kinds
 
 
 def report(
@@ -90,15 +111,17 @@ def report(
     ]
     notes += [restart.line() for restart in timeline.restarts(attempts)]
     failed = state.finished and state.state != "COMPLETED"
+    records = why.read(run, state, accounting, found) if failed else None
     return Report(
         state=state,
         progress=None if state.finished else timeline.progress(attempts, run.metric),
         notes=tuple(notes),
         headline=timeline.headline(found, run.metric) if state.finished else None,
-        setup=logs.setup_failure(run) if failed else None,
-        hang=logs.hang(run) if failed else None,
+        setup=records.setup if records else None,
+        hang=records.hang if records else None,
         failure=logs.first_failure(run) if failed else None,
-        lost_nodes=tuple(logs.lost_nodes(run)),
+        lost_nodes=records.lost_nodes if records else tuple(logs.lost_nodes(run)),
         unreachable=unreachable,
         accounting=accounting,
+        cause=why.cause(records) if records else None,
     )

@@ -83,7 +83,8 @@ def test_a_lost_node_ends_the_job_and_status_names_it(
     assert "ended NODE_FAIL" in ended.stderr, ended.stdout[-3000:] + ended.stderr
     assert f"Node failure on {node}" in ended.stdout
     status = run_cli("status", job_id, env=env).stdout
-    assert f"lost node(s): {node} (Slurm declared them down; the job ended NODE_FAIL)" in status
+    # The cause's headline (clustertrain.runs.why), which the lost-node line no longer repeats.
+    assert f"{node} lost: Slurm declared it down and ended the job (NODE_FAIL)" in status, status
     assert "restarts: 0" in status, status
 
 

@@ -30,3 +30,11 @@ def test_what_is_no_state_or_exit_code_is_not_printed() -> None:
     assert lines[0] == "accounting (sacct): (an unreadable state), exit code unknown, 5 s"
     assert lines[1] == "  step 0: OUT_OF_MEMORY, exit code 0:125, 5 s, MaxRSS 2048.0 MiB"
     assert all(line.isprintable() for line in lines)
+
+
+def test_who_cancelled_is_kept_only_as_a_uid() -> None:
+    cancelled = parse_accounting("7", "7|CANCELLED by 1000|0:15|5||\n")
+    forged = parse_accounting("7", "7|CANCELLED by $(id)|0:15|5||\n")
+    assert cancelled is not None and cancelled.state == "CANCELLED"
+    assert cancelled.cancelled_by == "1000"
+    assert forged is not None and forged.cancelled_by == ""

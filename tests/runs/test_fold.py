@@ -227,7 +227,9 @@ def test_the_cli_folds_unless_raw_and_status_names_the_error(tmp_path: Path) -> 
     # Following ends each file's last folded run when the job ends, after the other files.
     assert followed.returncode == 1
     assert sorted(followed.stdout.splitlines()) == sorted(folded.stdout.splitlines())
-    assert (
-        "  first failure: rank 1 on node1, exit code 1: ValueError: rank 1 gave up at step 20"
-        in (status.stdout)
+    # The cause's headline first (clustertrain.runs.why), then the rank's traceback, its error
+    # not said twice.
+    assert "  rank 1 on node1 raised ValueError: rank 1 gave up at step 20 (fail_rank.py:16)" in (
+        status.stdout
     )
+    assert "  first failure: rank 1 on node1, exit code 1\n" in status.stdout

@@ -176,12 +176,14 @@ def parse_accounting(job_id: str, text: str) -> Accounting | None:
         for row in rows
         if row[0].startswith(f"{job_id}.")
     )
+    by = own[1].partition(" by ")[2]
     return Accounting(
         job_id=job_id,
         state=own[1].split(" ")[0] or "UNKNOWN",
         exit_code=own[2],
         elapsed_s=int(own[3]) if own[3].isdigit() else 0,
         steps=steps,
+        cancelled_by=by if by.isdigit() and len(by) <= 10 else "",
     )
 
 

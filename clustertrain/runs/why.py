@@ -1,0 +1,342 @@
+"""Why a job failed, said once: :func:`cause` is a pure function from a run's records
+(:class:`Records`) to a typed :class:`Cause`, its headline one line; :func:`read` gathers those
+records from a run folder, reading the tails of its logs only. ``status``, the API
+(``Job.failure``) and every other surface ask it, never the logs themselves.
+
+The records are weighed in this order: what Slurm decided (a time limit, a preemption, a lost
+node, the OOM killer, a cancel), then a failed setup line, then what a rank did itself (a Python
+exception, CUDA out of memory, a full disk, missing data, a module it could not import, an NCCL
+error), then the watchdog's hang, a collective that timed out, a signal, a lost node, and last
+what only follows a peer's failure (gloo's "Connection closed by peer"): a consequence is never
+the cause while another rank says more. Each writer's lines are read by
+:mod:`clustertrain.runs.why_kinds`. Everything quoted from a run folder is shown escaped.
+"""
+
+from __future__ import annotations
+
+import pwd
+import re
+import signal as signals
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from clustertrain.files import RunFolderError, printable, read_regular
+from clustertrain.jobstate import RUN_FOLDER, SLURM, TERMINAL_STATES, Accounting, JobState
+from clustertrain.rank import events
+from clustertrain.rank.events import Event
+from clustertrain.runs import logs, timeline
+from clustertrain.runs.folder import Run
+from clustertrain.runs.why_kinds import (
+    COLLECTIVE_ERROR,
+    CONSEQUENCE,
+    OOM_KILL,
+    OOM_NODE,
+    SIGNALLED,
+    SLURM_END,
+    Cause,
+    Finding,
+    Kind,
+    classify,
+)
+from clustertrain.runs.why_texts import build, signal_name
+
+__all__ = ["Cause", "Exit", "Kind", "Records", "Tail", "cause", "read"]
+
+MAX_EVIDENCE = 20
+_TAIL_BYTES = 256 << 10  # of each node's stderr: the end is where a failure is reported
+_TAIL_LINES = 200  # of each writer (rank or launcher) in it
+_LINE_CHARS = 2000
+_MAX_WORLD = 1 << 16  # a job.json's world size beyond this is not believed
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The last lines of one writer of a node's log: a rank's (``rank``; torch 1.x names only
+    the ``local`` rank), or the launcher's own (both None)."""
+
+    node: str
+    rank: int | None
+    lines: tuple[str, ...]
+    local: int | None = None
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A rank's end as its launcher's failure report (torchelastic's root cause) gives it."""
+
+    node: str
+    rank: int
+    exit_code: int
+    time: str = ""
+
+
+@dataclass(frozen=True)
+class Records:
+    """What a failed run's records say, as :func:`cause` reads them: Slurm's ``state`` (and
+    where it came from: its ``source``), ``reason``, ``exit_code`` and ``elapsed``; each
+    writer's last lines (``tails``) and the launchers' reports (``exits``) of the newest
+    attempt, its ``nodes`` and ``world_size``; the batch shell's last stderr lines (``batch``:
+    srun's and slurmstepd's words); Slurm's ``accounting``; the watchdog's ``hang`` verdict,
+    the ``lost_nodes``, the failed ``setup`` line; from the events, the supervisor's ``ended``
+    status, the ``requeues`` and the ``last_metric``; who cancelled it (``cancelled_by``)."""
+
+    job_id: str = ""
+    state: str = "UNKNOWN"
+    source: str = SLURM
+    reason: str = ""
+    exit_code: str = ""
+    elapsed: str = ""
+    tails: tuple[Tail, ...] = ()
+    exits: tuple[Exit, ...] = ()
+    nodes: tuple[str, ...] = ()
+    world_size: int = 0
+    batch: tuple[str, ...] = ()
+    accounting: Accounting | None = None
+    hang: str | None = None
+    lost_nodes: tuple[str, ...] = ()
+    setup: str | None = None
+    ended: str | None = None
+    requeues: int = 0
+    last_metric: str | None = None
+    cancelled_by: str | None = None
+
+
+@dataclass(frozen=True)
+class End:
+    """How one writer ended: its finding, its lines and its launcher's report of it."""
+
+    node: str
+    rank: int | None
+    local: int | None
+    finding: Finding
+    lines: tuple[str, ...] = ()
+    exit: Exit | None = None
+
+    def who(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank} on {printable(self.node)}"
+        if self.local is not None:
+            return f"local rank {self.local} on {printable(self.node)}"
+        return f"the launcher on {printable(self.node)}"
+
+    def label(self) -> str:
+        """``node1 rank3``, as ``logs`` labels the writer's lines."""
+        who = (
+            f"rank{self.rank}"
+            if self.rank is not None
+            else (f"local{self.local}" if self.local is not None else "launcher")
+        )
+        return f"{printable(self.node)} {who}"
+
+
+def _merge(found: Finding | None, said: Exit | None) -> Finding | None:
+    """A writer's finding, with the signal its launcher's report says ended it."""
+    if said is None or said.exit_code >= 0:
+        return found
+    number = -said.exit_code
+    if found is not None and found.kind is Kind.SIGNAL:
+        return replace(found, signal=number)
+    # SIGTERM is the launcher's own stop of the ranks that outlived a failed one.
+    weight = CONSEQUENCE if number == signals.SIGTERM else SIGNALLED
+    if found is not None and found.weight <= weight:
+        return found
+    line = f"exitcode {said.exit_code} ({signal_name(number)}), as its launcher reported"
+    return Finding(Kind.SIGNAL, weight, line, signal=number)
+
+
+def ends(records: Records) -> list[End]:
+    """Every writer that says how it ended, the likeliest cause of the job's failure first:
+    by weight, then the launchers' reports (the first observed failure, a rank killed by a
+    signal before one that exited), then rank."""
+    reports = {(e.node, e.rank): e for e in records.exits}
+    found: list[End] = []
+    for tail in records.tails:
+        said = reports.pop((tail.node, tail.rank), None) if tail.rank is not None else None
+        finding = _merge(classify(list(tail.lines)), said)
+        if finding is not None:
+            found.append(End(tail.node, tail.rank, tail.local, finding, tail.lines, said))
+    for said in reports.values():  # a rank that wrote nothing before its end
+        if (finding := _merge(None, said)) is not None:
+            found.append(End(said.node, said.rank, None, finding, (), said))
+
+    def suspicion(end: End) -> tuple[int, str, bool, int]:
+        when = end.exit.time if end.exit is not None and end.exit.time else "~"
+        killed = end.exit is not None and end.exit.exit_code < 0
+        return (end.finding.weight, when, not killed, end.rank if end.rank is not None else 1 << 30)
+
+    return sorted(found, key=suspicion)
+
+
+def cause(records: Records) -> Cause | None:
+    """Why the job of ``records`` did not complete; None while it runs, or once it completed.
+    Never raises: what is not understood reads "cause unknown: ..." with what is known."""
+    if records.state not in TERMINAL_STATES or records.state == "COMPLETED":
+        return None
+    found = ends(records)
+    decided = (
+        _scheduler(records, found)
+        or (build(Kind.SETUP, records) if records.setup else None)
+        or _ranks(records, found, COLLECTIVE_ERROR)
+        or (build(Kind.HANG, records) if records.hang else None)
+        or _ranks(records, found, SIGNALLED)
+        or (build(Kind.NODE_LOST, records) if records.lost_nodes else None)
+        or _ranks(records, found, CONSEQUENCE)
+        or build(Kind.UNKNOWN, records)
+    )
+    return _clipped(decided)
+
+
+def _scheduler(records: Records, found: list[End]) -> Cause | None:
+    """What Slurm decided: its state, accounting, and slurmstepd's and srun's words."""
+    text = "\n".join(records.batch)
+    # The batch log holds every attempt's words: where Slurm itself says how the job ended,
+    # slurmstepd's "DUE TO" of an earlier attempt (a preemption since requeued) is not this end.
+    ends_said = [m for m in SLURM_END.finditer(text)] if records.source == RUN_FOLDER else []
+    dues = {m[5] for m in ends_said if m[5]}
+    job_cancelled = any(m[1] == "JOB" and not m[5] for m in ends_said)
+    accounted = records.accounting
+    oom_steps = accounted is not None and any(s.state == "OUT_OF_MEMORY" for s in accounted.steps)
+    state = records.state
+    if state == "TIMEOUT" or "TIME LIMIT" in dues:
+        return build(Kind.TIME_LIMIT, records)
+    if state == "PREEMPTED" or "PREEMPTION" in dues:
+        return build(Kind.PREEMPTED, records)
+    if state == "NODE_FAIL" or "NODE FAILURE" in dues:
+        return build(Kind.NODE_LOST, records)
+    if state == "OUT_OF_MEMORY" or oom_steps or OOM_KILL.search(text):
+        killed = next((e for e in found if e.finding.signal == signals.SIGKILL), None)
+        oom_node = OOM_NODE.search(text)
+        return build(Kind.HOST_OOM, records, killed, found, oom_node[1] if oom_node else None)
+    if state == "CANCELLED" or job_cancelled:
+        return build(Kind.CANCELLED, records)
+    return None
+
+
+def _ranks(records: Records, found: list[End], weakest: int) -> Cause | None:
+    """The likeliest rank's finding, if it weighs at least ``weakest``: a finished rank that
+    crashed at exit while no other rank said a word is training that completed."""
+    best = next((end for end in found if end.finding.weight <= weakest), None)
+    if best is None:
+        return None
+    others = [
+        e for e in found if e is not best and (e.rank is not None or e.finding.weight < CONSEQUENCE)
+    ]
+    if best.finding.kind is Kind.SIGNAL and best.finding.at_exit and not others:
+        return build(Kind.DIED_AT_EXIT, records, best, found)
+    return build(best.finding.kind, records, best, found)
+
+
+def _clipped(found: Cause) -> Cause:
+    """Every text of a cause one printable line each, and the evidence MAX_EVIDENCE lines."""
+    return replace(
+        found,
+        headline=printable(found.headline)[:400],
+        hint=printable(found.hint)[:400],
+        decisive=printable(found.decisive)[:400],
+        evidence=tuple(printable(line)[:300] for line in found.evidence[:MAX_EVIDENCE]),
+    )
+
+
+def read(
+    run: Run,
+    state: JobState,
+    accounting: Accounting | None = None,
+    found: list[Event] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Records:
+    """``run``'s records as :func:`cause` reads them, given its ``state`` and ``accounting``
+    (and its events, when already read): the tails of its logs only, each read bounded and
+    never through a symlink."""
+    found = run.events(warn) if found is None else found
+    tails, exits, nodes = _node_tails(run)
+    ended = [e for e in found if e.name == events.ENDED]
+    headline = timeline.headline(found, run.metric)
+    by = accounting.cancelled_by if accounting is not None else ""
+    return Records(
+        job_id=run.job_id,
+        state=state.state.rstrip("+"),  # sacct's CANCELLED+
+        source=state.source,
+        reason=state.reason,
+        exit_code=state.exit_code,
+        elapsed=state.elapsed,
+        tails=tuple(tails),
+        exits=tuple(exits),
+        nodes=tuple(nodes),
+        world_size=run.world_size if 0 < run.world_size <= _MAX_WORLD else 0,
+        batch=tuple(_lines(run, run.logs_dir / f"slurm-{run.job_id}.err")),
+        accounting=accounting,
+        hang=logs.hang(run),
+        lost_nodes=tuple(logs.lost_nodes(run)),
+        setup=logs.setup_failure(run),
+        ended=str(ended[-1].values.get("status", "")) if ended else None,
+        requeues=sum(e.name == events.REQUEUED for e in found),
+        last_metric=headline.text() if headline else None,
+        cancelled_by=_user(by) if by else None,
+    )
+
+
+def _node_tails(run: Run) -> tuple[list[Tail], list[Exit], list[str]]:
+    """Each writer's last lines in every node's stderr of the newest attempt, the launchers'
+    reports, and the nodes."""
+    files = [log for log in logs.log_files(run) if log.node != "batch" and log.stream == "err"]
+    newest = max((log.attempt for log in files), default=0)
+    tails: list[Tail] = []
+    exits: list[Exit] = []
+    nodes: list[str] = []
+    for log in (log for log in files if log.attempt == newest):
+        nodes.append(log.node)
+        lines = _lines(run, log.path)
+        writers: dict[tuple[int | None, int | None], list[str]] = {}
+        for line in lines:
+            rank, local, text = logs.split_prefix(line)
+            writers.setdefault((rank, local), []).append(text)
+        report = logs.root_cause(lines)
+        if report is not None:
+            rank, local = int(report["rank"][0]), int(report["rank"][1])
+            exits.append(Exit(log.node, rank, int(report["exit"][0]), report["time"][0]))
+            exits += [e for e in _other_failures(lines, log.node) if e.rank != rank]
+            if (None, local) in writers and (rank, None) not in writers:  # torch 1.x
+                writers[(rank, local)] = writers.pop((None, local))
+        tails += [Tail(log.node, r, tuple(t[-_TAIL_LINES:]), lo) for (r, lo), t in writers.items()]
+    return tails, exits, nodes
+
+
+# The other ranks a launcher's failure report lists (those it stopped, or that failed after the
+# first), between its "Failures:" and its root cause, a field a line.
+_FAILURES, _ROOT = "Failures:", "Root Cause (first observed failure):"
+_RANK_FIELD = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: \d{1,9}\)")
+_EXIT_FIELD = re.compile(r"\bexitcode\s*: (-?\d{1,4})\b")
+
+
+def _other_failures(lines: list[str], node: str) -> list[Exit]:
+    """The ranks the last failure report of ``lines`` lists besides its root cause."""
+    found: list[Exit] = []
+    inside, rank = False, None
+    for line in lines:
+        if line.startswith(_FAILURES) or _ROOT in line:
+            inside, rank = line.startswith(_FAILURES), None
+            found = [] if inside else found
+        elif inside and (match := _RANK_FIELD.search(line)):
+            rank = int(match[1])
+        elif inside and rank is not None and (match := _EXIT_FIELD.search(line)):
+            found.append(Exit(node, rank, int(match[1])))
+            rank = None
+    return found
+
+
+def _lines(run: Run, path: Path) -> list[str]:
+    """The last lines of a log (a bounded tail; each line cut to _LINE_CHARS)."""
+    try:
+        data = read_regular(path, _TAIL_BYTES, True, run.folder)
+    except RunFolderError:
+        return []
+    return [line[:_LINE_CHARS] for line in data.decode("utf-8", "replace").splitlines()]
+
+
+def _user(uid: str) -> str:
+    """``alice (uid 1000)``, as sacct's "CANCELLED by 1000" names who cancelled."""
+    try:
+        return f"{pwd.getpwuid(int(uid)).pw_name} (uid {uid})"
+    except (KeyError, ValueError, OverflowError):
+        return f"uid {uid}"
