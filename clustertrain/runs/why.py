@@ -18,11 +18,11 @@ import pwd
 import re
 import signal as signals
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from clustertrain.files import RunFolderError, printable, read_regular
-from clustertrain.jobstate import RUN_FOLDER, SLURM, TERMINAL_STATES, Accounting, JobState
+from clustertrain.jobstate import RUN_FOLDER, TERMINAL_STATES, Accounting, JobState
 from clustertrain.rank import events
 from clustertrain.rank.events import Event
 from clustertrain.runs import logs, timeline
@@ -39,6 +39,7 @@ from clustertrain.runs.why_kinds import (
     Kind,
     classify,
 )
+from clustertrain.runs.why_records import End, Exit, Records, Tail
 from clustertrain.runs.why_texts import build, signal_name
 
 __all__ = ["Cause", "Exit", "Kind", "Records", "Tail", "cause", "read"]
@@ -48,86 +49,6 @@ _TAIL_BYTES = 256 << 10  # of each node's stderr: the end is where a failure is 
 _TAIL_LINES = 200  # of each writer (rank or launcher) in it
 _LINE_CHARS = 2000
 _MAX_WORLD = 1 << 16  # a job.json's world size beyond this is not believed
-
-
-@dataclass(frozen=True)
-class Tail:
-    """The last lines of one writer of a node's log: a rank's (``rank``; torch 1.x names only
-    the ``local`` rank), or the launcher's own (both None)."""
-
-    node: str
-    rank: int | None
-    lines: tuple[str, ...]
-    local: int | None = None
-
-
-@dataclass(frozen=True)
-class Exit:
-    """A rank's end as its launcher's failure report (torchelastic's root cause) gives it."""
-
-    node: str
-    rank: int
-    exit_code: int
-    time: str = ""
-
-
-@dataclass(frozen=True)
-class Records:
-    """What a failed run's records say, as :func:`cause` reads them: Slurm's ``state`` (and
-    where it came from: its ``source``), ``reason``, ``exit_code`` and ``elapsed``; each
-    writer's last lines (``tails``) and the launchers' reports (``exits``) of the newest
-    attempt, its ``nodes`` and ``world_size``; the batch shell's last stderr lines (``batch``:
-    srun's and slurmstepd's words); Slurm's ``accounting``; the watchdog's ``hang`` verdict,
-    the ``lost_nodes``, the failed ``setup`` line; from the events, the supervisor's ``ended``
-    status, the ``requeues`` and the ``last_metric``; who cancelled it (``cancelled_by``)."""
-
-    job_id: str = ""
-    state: str = "UNKNOWN"
-    source: str = SLURM
-    reason: str = ""
-    exit_code: str = ""
-    elapsed: str = ""
-    tails: tuple[Tail, ...] = ()
-    exits: tuple[Exit, ...] = ()
-    nodes: tuple[str, ...] = ()
-    world_size: int = 0
-    batch: tuple[str, ...] = ()
-    accounting: Accounting | None = None
-    hang: str | None = None
-    lost_nodes: tuple[str, ...] = ()
-    setup: str | None = None
-    ended: str | None = None
-    requeues: int = 0
-    last_metric: str | None = None
-    cancelled_by: str | None = None
-
-
-@dataclass(frozen=True)
-class End:
-    """How one writer ended: its finding, its lines and its launcher's report of it."""
-
-    node: str
-    rank: int | None
-    local: int | None
-    finding: Finding
-    lines: tuple[str, ...] = ()
-    exit: Exit | None = None
-
-    def who(self) -> str:
-        if self.rank is not None:
-            return f"rank {self.rank} on {printable(self.node)}"
-        if self.local is not None:
-            return f"local rank {self.local} on {printable(self.node)}"
-        return f"the launcher on {printable(self.node)}"
-
-    def label(self) -> str:
-        """``node1 rank3``, as ``logs`` labels the writer's lines."""
-        who = (
-            f"rank{self.rank}"
-            if self.rank is not None
-            else (f"local{self.local}" if self.local is not None else "launcher")
-        )
-        return f"{printable(self.node)} {who}"
 
 
 def _merge(found: Finding | None, said: Exit | None) -> Finding | None:

@@ -23,7 +23,7 @@ from clustertrain.runs.why_kinds import (
 )
 
 if TYPE_CHECKING:
-    from clustertrain.runs.why import End, Records
+    from clustertrain.runs.why_records import End, Records
 
 _QUOTE = 240
 _OWN_LINES = 8  # of the deciding rank's lines up to its decisive one
