@@ -92,7 +92,8 @@ def where(stack: str) -> str | None:
             if (m := _FAULTHANDLER.match(line) or _PY_SPY.match(line))
         ]
         # faulthandler writes no thread names: the main thread is the one that starts in a module.
-        if frames and (frames[-1]["func"] == "<module>" or '"MainThread"' in block):
+        # Under `python -m`, runpy's frames sit below the module's: any <module> frame will do.
+        if frames and (any(f["func"] == "<module>" for f in frames) or '"MainThread"' in block):
             user = next((f for f in frames if not _LIBRARY.search(f["file"])), frames[0])
             return f"{frames[0]['func']} ({Path(user['file']).name}:{user['line']})"
     return None
@@ -192,8 +193,17 @@ def _active_nodes() -> list[str]:
 
 
 def _all_stacks(folder: Path, steps: dict[int, int]) -> bool:
-    paths = [folder / f"rank-{rank}.stack" for rank in steps]
-    return all(path.exists() and path.stat().st_size > 0 for path in paths)
+    """Whether every rank's stack names where its main thread is. Not merely a file that is not
+    empty: faulthandler writes a dump line by line, and a rank descheduled halfway through has
+    written its header and none of its frames yet (a busy host showed it: "no stack")."""
+    for rank in steps:
+        try:
+            stack = (folder / f"rank-{rank}.stack").read_text(errors="replace")
+        except OSError:
+            return False
+        if where(stack) is None:
+            return False
+    return True
 
 
 def _py_spy_on_every_node(folder: Path) -> None:

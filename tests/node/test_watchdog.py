@@ -126,6 +126,23 @@ def test_where_reads_py_spys_stacks_too() -> None:
     assert watchdog.where(stack) == "all_reduce (train.py:40)"
 
 
+def test_where_reads_a_module_run_with_python_m_and_not_a_dump_cut_halfway() -> None:
+    """`python -m jobs.mnist.train`: runpy's frames sit below the module's. A dump whose frames
+    are not written yet names no place, so the watchdog waits for the rest of it."""
+    stack = (
+        "Thread 0x00007f94e8677b80 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 327 in wait\n\n'
+        "Current thread 0x00007f163a442b80 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 629 in wait\n'
+        '  File "/home/me/jobs/mnist/train.py", line 3 in step\n'
+        '  File "/home/me/jobs/mnist/train.py", line 4 in <module>\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+        '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
+    )
+    assert watchdog.where(stack) == "wait (train.py:3)"
+    assert watchdog.where("Current thread 0x00007f163a442b80 (most recent call first):\n") is None
+
+
 def test_rank_lists_and_a_rank_that_did_not_answer(tmp_path: Path) -> None:
     (tmp_path / "rank-0.stack").write_text("")
     found = {0: 5, 1: 7, 2: 7}
