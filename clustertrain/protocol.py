@@ -8,6 +8,7 @@ other module spells them out.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # A metric's name, as a job names its headline (``metric``) and a script logs it
 # (runtime.log_metrics, events.record): "test_acc", "val/loss", "top-1". The event reader keeps
@@ -135,3 +136,16 @@ LOCAL_RANK_PREFIX = re.compile(r"\[default(\d+)\]:")
 def rendezvous_port(job_id: int) -> int:
     """The rendezvous port of a Slurm job; the batch script computes the same in bash."""
     return PORT_BASE + job_id % PORT_SPAN
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0, 2-5``: how the watchdog's hang line names ranks, and the cause
+    read back from it (clustertrain.runs.why) names them the same way."""
+    spans: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if spans and rank == spans[-1][-1] + 1:
+            spans[-1].append(rank)
+        else:
+            spans.append([rank])
+    said = ", ".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0]) for s in spans)
+    return f"rank{'s' if sum(map(len, spans)) > 1 else ''} {said}"

@@ -116,23 +116,11 @@ def summary(folder: Path, steps: dict[int, int], quiet_s: float) -> str:
             tool = "py-spy" if stack.startswith("Process ") else "faulthandler"
             tools.setdefault(tool, []).append(rank)
     head = f"hang at step {max(steps.values())}" if steps else "hang"
-    said = "; ".join(f"{_ranks(group)} in {place}" for place, group in places.items())
+    said = "; ".join(f"{protocol.rank_list(group)} in {place}" for place, group in places.items())
     said = said or "no rank's stack was found"
-    taken = ", ".join(f"{tool} for {_ranks(group)}" for tool, group in tools.items())
+    taken = ", ".join(f"{tool} for {protocol.rank_list(group)}" for tool, group in tools.items())
     tail = f" (stacks by {taken})" if taken else ""
     return f"{head}: no rank made progress for {quiet_s:.0f} s; {said}{tail}"
-
-
-def _ranks(ranks: list[int]) -> str:
-    """``rank 3``, ``ranks 0-2, 5``."""
-    spans: list[list[int]] = []
-    for rank in ranks:
-        if spans and rank == spans[-1][-1] + 1:
-            spans[-1].append(rank)
-        else:
-            spans.append([rank])
-    text = ", ".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0]) for s in spans)
-    return f"rank{'s' if len(ranks) > 1 else ''} {text}"
 
 
 def _alive(pid: int) -> bool:

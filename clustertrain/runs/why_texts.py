@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from clustertrain import protocol
 from clustertrain.runs.timeline import duration
 from clustertrain.runs.why_kinds import (
     OOM_KILL,
@@ -83,18 +84,6 @@ def _logs(records: Records, end: End | None) -> str:
     if end is not None:
         pick = f" --rank {end.rank}" if end.rank is not None else f" --node {end.node}"
     return f"`clustertrain logs {records.job_id}{pick} --errors`"
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    """``rank 3``, ``ranks 0, 2-5``: as the watchdog names ranks."""
-    spans: list[list[int]] = []
-    for rank in sorted(set(ranks)):
-        if spans and rank == spans[-1][-1] + 1:
-            spans[-1].append(rank)
-        else:
-            spans.append([rank])
-    said = ", ".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0]) for s in spans)
-    return f"rank{'s' if len(set(ranks)) > 1 else ''} {said}"
 
 
 def evidence(records: Records, end: End | None, found: Sequence[End]) -> tuple[str, ...]:
@@ -258,8 +247,8 @@ def _collective(c: _Case) -> tuple[str, str]:
         timed = [e.rank for e in c.found if e.finding.weight == TIMED_OUT and e.rank is not None]
         tails = {t.rank for t in c.records.tails if t.rank is not None}
         quiet = sorted((set(range(c.records.world_size)) or tails) - set(timed))
-        others = f" ({_ranks(timed)} timed out)" if len(timed) > 1 else ""
-        suspects = f"; {_ranks(quiet)} did not: the suspects" if quiet and timed else ""
+        others = f" ({protocol.rank_list(timed)} timed out)" if len(timed) > 1 else ""
+        suspects = f"; {protocol.rank_list(quiet)} did not: the suspects" if quiet and timed else ""
         return f"a collective timed out on {who}: {f.detail}{others}{suspects}", _HINTS["timed out"]
     if f.weight < TIMED_OUT:
         what = "NCCL error" if "nccl" in f.line.lower() else "error in a collective"

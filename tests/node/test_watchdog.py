@@ -149,4 +149,4 @@ def test_rank_lists_and_a_rank_that_did_not_answer(tmp_path: Path) -> None:
     said = watchdog.summary(tmp_path, found, 8.0)
     quiet = "hang at step 7: no rank made progress for 8 s"
     assert said == f"{quiet}; ranks 0-2 in no stack (it did not answer)"
-    assert watchdog._ranks([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
+    assert protocol.rank_list([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
