@@ -345,13 +345,17 @@ class Job:
         self.backend.sync(self.run)
         return self.run.metrics()
 
-    def status(self, warn: Callable[[str], None] | None = None) -> Report:
+    def status(
+        self, warn: Callable[[str], None] | None = None, state: JobState | None = None
+    ) -> Report:
         """What became of the job: its state, progress, headline metric and, for a job that did
         not complete, why (see :mod:`clustertrain.runs.report`); ``warn`` hears of what in
-        its run folder could not be read."""
-        from clustertrain.runs.report import report  # lazy: start-up time
+        its run folder could not be read. A ``state`` already known (the one a follower saw the
+        job end in) is not asked again."""
+        from clustertrain.runs.folderstate import Answer  # lazy: start-up time
+        from clustertrain.runs.report import report
 
-        answer = self._ask()
+        answer = Answer(state) if state is not None else self._ask()
         kept = None
         if answer.state.finished and not answer.unreachable:
             try:

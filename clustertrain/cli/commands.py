@@ -183,9 +183,7 @@ def run(
     except KeyboardInterrupt:  # the whole foreground group got it; the supervisor records it
         job.wait(timeout=60)
         state = job.job_state()
-    click.echo(f"clustertrain: local run {run.job_id} ended {state.state}", err=True)
-    if state.state != "COMPLETED":
-        raise SystemExit(1)
+    cli_runs.ended(job, state, "local run")
 
 
 @cli.command(epilog="\b\nExample:\n  clustertrain cancel 42")
@@ -242,8 +240,8 @@ def logs(
     filters = joblogs.Filter(rank=rank, node=node, errors=errors, raw=raw)
     cli_runs.relayed(attached, "logs", *filters.words(), follow=follow)
     if not follow:
-        failure = joblogs.first_failure(run) if errors else None
-        for line in failure.lines() if failure else []:
+        cause = attached.status(cli_runs.warn).cause if errors else None
+        for line in cause.lines() if cause else []:  # why it failed, as `status` says it
             click.echo(line)
         for line in joblogs.read_all(run, filters):
             click.echo(line)
@@ -253,9 +251,7 @@ def logs(
     state = joblogs.follow(
         run, filters, lambda: attached.backend.state(run), sys.stdout, say=cli_runs.say
     )
-    click.echo(f"clustertrain: job {run.job_id} ended {state.state}", err=True)
-    if state.state != "COMPLETED":
-        raise SystemExit(1)
+    cli_runs.ended(attached, state)
 
 
 @cli.command(epilog="\b\nExamples:\n  clustertrain doctor\n  clustertrain doctor --host login")

@@ -18,23 +18,32 @@ from clustertrain.jobstate import RUN_FOLDER
 
 if TYPE_CHECKING:
     from clustertrain.api import Job
+    from clustertrain.jobstate import JobState
 
 
 @click.command(
     epilog="\b\nExamples:\n  clustertrain status\n  clustertrain status 42\n"
-    "  clustertrain status last --json"
+    "  clustertrain status 42 --why\n  clustertrain status last --json"
 )
 @click.argument("job", default="last")
 @click.option("--json", "as_json", is_flag=True, help="The state alone, as JSON, for scripts.")
+@click.option(
+    "--why",
+    "why",
+    is_flag=True,
+    help="For a job that failed: the cause, then the evidence behind it (at most 20 lines).",
+)
 @runs_dir_option
-def status(job: str, as_json: bool, runs_dir: str | None) -> None:
+def status(job: str, as_json: bool, why: bool, runs_dir: str | None) -> None:
     """State, nodes, elapsed time, restarts and the job's headline metric (its `metric`) of
-    JOB."""
+    JOB; for a job that failed, why, in one line (--why: with its evidence)."""
     from clustertrain import runs
     from clustertrain.api import Job
 
+    if as_json and why:
+        raise UserError("--why: not with --json; for the cause as data, use Job.failure")
     attached = Job.attach(job, runs_dir)
-    relayed(attached, "status", *(["--json"] if as_json else []))
+    relayed(attached, "status", *(["--json"] if as_json else []), *(["--why"] if why else []))
     run = attached.run
     if as_json:
         click.echo(json.dumps(attached.job_state().as_dict()))
@@ -42,9 +51,13 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
     if runs.tasks(run):
         _sweep_status(attached)
         return
-    report = attached.status(_warn)  # what became of it, and why (clustertrain.runs.report)
+    report = attached.status(warn)  # what became of it, and why (clustertrain.runs.report)
     state = report.state
     click.echo(f"job {run.job_id} ({printable(run.name)}): {state.state}")
+    if why:
+        for line in report.why_lines() or ["no failure: nothing to explain"]:
+            click.echo(f"  {line}")
+        return
     click.echo(
         f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
         f"restarts: {state.restarts}"
@@ -61,13 +74,13 @@ def _sweep_status(job: Job) -> None:
     from clustertrain.runs import results
 
     run = job.run
-    report = job.status(_warn)
+    report = job.status(warn)
     state = report.state
     click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
     click.echo(f"  run folder: {run.path}")
     for line in report.source_lines():
         click.echo(f"  {line}")
-    for row in sorted(results.rows(run, state, _warn), key=lambda r: r.task):
+    for row in sorted(results.rows(run, state, warn), key=lambda r: r.task):
         said = f", {row.metric} {row.value:.6g}" if row.value is not None else ""
         params = printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
         click.echo(f"  task {row.task} ({params}): {row.state}{said}")
@@ -83,8 +96,9 @@ def _sweep_status(job: Job) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="PNG file to write.")
 @runs_dir_option
 def plot(job: str, output: str | None, runs_dir: str | None) -> None:
-    """Draw JOB's training curves and timeline (attempts, waits, goodput) as one PNG."""
-
+    """Draw JOB's training curves and timeline (attempts, waits, goodput) as one PNG; a job
+    that failed says why under the title."""
+    from clustertrain import runs
     from clustertrain.api import Job
 
     try:
@@ -97,7 +111,8 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
     out = Path(output) if output else run.path / "plot.png"
     if out.suffix.lower() != ".png":
         raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
-    click.echo(f"wrote {drawing.draw(run, out, _warn)}")
+    cause = None if runs.tasks(run) else attached.status().cause  # draw warns of the events
+    click.echo(f"wrote {drawing.draw(run, out, warn, cause.headline if cause else None)}")
 
 
 @click.command(
@@ -117,7 +132,7 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
     relayed(attached, "results", *(["--json"] if as_json else []))
     if not runs.tasks(attached.run):
         raise UserError(f"JOB: {attached.job_id} is not a sweep; see `clustertrain status`")
-    found = table.rows(attached.run, attached.job_state(), _warn)
+    found = table.rows(attached.run, attached.job_state(), warn)
     click.echo(table.as_json(found) if as_json else table.text(found))
 
 
@@ -125,25 +140,28 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @runs_dir_option
 def list_jobs(limit: int, runs_dir: str | None) -> None:
-    """Recent jobs from the run folders, newest first: state, nodes, elapsed time and headline
-    metric. A state marked * is its run folder's (Slurm not reachable, or a login node's job,
+    """Recent jobs from the run folders, newest first: state, nodes, elapsed time, headline
+    metric, and for a job that failed, why (as `status` says it). A state marked * is its run
+    folder's (Slurm not reachable, or a login node's job,
     which `status` asks)."""
     from clustertrain import runs
     from clustertrain.api import Job
-    from clustertrain.runs import folderstate, timeline
+    from clustertrain.runs import folderstate, report, timeline
 
     asker, marked = folderstate.Asker(), False
-    for run in runs.all_runs(runs.runs_root(runs_dir), _warn)[:limit]:
+    for run in runs.all_runs(runs.runs_root(runs_dir), warn)[:limit]:
         backend = Job(run).backend
         host = backend.host()
         if host is None:
             state = asker.ask(run, backend.name, functools.partial(backend.state, run)).state
         else:  # a login node's: one ssh each; `status` asks it
-            state = folderstate.folder_state(run, _warn)
+            state = folderstate.folder_state(run, warn)
         mark = "*" if state.source == RUN_FOLDER else ""
         marked = marked or bool(mark)
         sweep = len(runs.tasks(run))
-        headline = None if sweep else timeline.headline(run.events(_warn), run.metric)
+        found = [] if sweep else run.events(warn)
+        headline = None if sweep else timeline.headline(found, run.metric)
+        cause = None if sweep else report.cause(run, state, found)
         click.echo(
             f"{run.job_id:>8}  {printable(run.submitted_at)}  {printable(run.name):<16} "
             f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
@@ -152,6 +170,7 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
             f"{printable(str(run.path))}"
             + (f"  sweep of {sweep} tasks: {state.counts() or 'state unknown'}" if sweep else "")
             + (f"  on {host}" if host else "")
+            + (f"  {_short(cause.headline)}" if cause else "")
         )
     for why in asker.down.values():
         say(f"Slurm not reachable ({why}): the states marked * are the run folders'")
@@ -159,7 +178,24 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
         say("the states marked * are the run folders' (`status JOB` asks a login node)")
 
 
-def _warn(message: str) -> None:
+def ended(attached: Job, state: JobState, what: str = "job") -> None:
+    """The end a follower saw, on stderr: ``job N ended STATE``, and for a job that did not
+    complete why, in one line and its hint (exit 1), as ``status`` says it."""
+    click.echo(f"clustertrain: {what} {attached.job_id} ended {state.state}", err=True)
+    if state.state == "COMPLETED":
+        return
+    cause = attached.status(warn, state).cause
+    for line in cause.lines() if cause else []:
+        click.echo(f"clustertrain: {line}", err=True)
+    raise SystemExit(1)
+
+
+def _short(headline: str, width: int = 100) -> str:
+    """A cause's headline in ``list``'s last column: its start, where it is long."""
+    return headline if len(headline) <= width else headline[: width - 3] + "..."
+
+
+def warn(message: str) -> None:
     click.echo(f"clustertrain: warning: {printable(message)}", err=True)
 
 

@@ -37,7 +37,7 @@ from clustertrain.files import RunFolderError, parse_json, printable, read_own, 
 from clustertrain.jobstate import TERMINAL_STATES, JobState
 from clustertrain.rank import notebook as rank_side
 from clustertrain.runs import logs
-from clustertrain.runs.report import report
+from clustertrain.runs.why import Cause, Kind
 from clustertrain.spec.fields import name_from
 
 from .pack import pack
@@ -59,12 +59,15 @@ _CANCEL_WAIT_S = 30.0
 
 
 class JobFailed(Exception):
-    """A notebook's job that ended without rank 0's return value, in one line: the first rank
-    that failed and its error, where the job says them."""
+    """A notebook's job that ended without rank 0's return value, in one line: why, as
+    ``status`` says it; the ``cause`` itself (:class:`clustertrain.runs.why.Cause`) where the
+    job's records name one, and the ``rank`` that failed."""
 
-    def __init__(self, message: str, job: api.Job, rank: int | None = None) -> None:
+    def __init__(
+        self, message: str, job: api.Job, rank: int | None = None, cause: Cause | None = None
+    ) -> None:
         super().__init__(message)
-        self.job, self.rank = job, rank
+        self.job, self.rank, self.cause = job, rank, cause
 
 
 def notebook_launcher(
@@ -279,23 +282,36 @@ def _bring_back(job: api.Job, max_bytes: int) -> None:
 
 
 def _failure(job: api.Job, state: JobState) -> JobFailed:
-    """The job's failure in one line: the first rank's own error where ranks wrote theirs, else
-    what the launcher reported of it, else the job's state."""
+    """The job's failure in one line, as ``status`` says it (clustertrain.runs.why): its cause
+    where one is known; else the first rank's own error where ranks wrote theirs; else the
+    job's state."""
     ended = f"job {job.job_id} ended {state.state}"
-    reason = f" ({state.reason})" if state.reason else ""
-    if state.state.startswith("CANCELLED"):  # the ranks' errors are the stop's, not theirs
-        return JobFailed(f"{ended}{reason}; its lines: clustertrain logs {job.job_id}", job)
-    first = first_error(job.run_dir, job.run.world_size)
-    if first is None and (failed := report(job.run, state, lambda _: None).failure) is not None:
-        first = (failed.rank, failed.node, failed.error or f"exit code {failed.exit_code}")
+    cause = job.status(state=state).cause
+    if cause is not None and cause.kind is not Kind.UNKNOWN:
+        pick = f" --rank {cause.rank}" if cause.rank is not None else ""
+        return JobFailed(
+            f"{ended}: {cause.headline} (its lines: clustertrain logs {job.job_id}{pick})",
+            job,
+            cause.rank,
+            cause,
+        )
+    first = (
+        None
+        if state.state.startswith("CANCELLED")
+        else first_error(job.run_dir, job.run.world_size)
+    )
     if first is None:
-        return JobFailed(f"{ended}{reason}; its lines: clustertrain logs {job.job_id}", job)
+        reason = f" ({state.reason})" if state.reason else ""
+        return JobFailed(
+            f"{ended}{reason}; its lines: clustertrain logs {job.job_id}", job, None, cause
+        )
     rank, node, error = first
     return JobFailed(
         f"{ended}: rank {rank} on {node} failed first: {error} "
         f"(its lines: clustertrain logs {job.job_id} --rank {rank})",
         job,
         rank,
+        cause,
     )
 
 

@@ -44,14 +44,10 @@ _CAUSE_FIELDS = {
     "rank": re.compile(r"\brank\s*: (\d+) \(local_rank: (\d+)\)"),
     "exit": re.compile(r"\bexitcode\s*: (-?\d+)"),
 }
-# A rank's stderr is read from its end: the report is there, and a log may be gigabytes.
-_FAILURE_TAIL_BYTES = 1 << 20
-FAILURE_TAIL_LINES = 6
+# A log's end is where a failure is reported, and a log may be gigabytes: its tail is read.
+_TAIL_BYTES = 1 << 20
 # srun's words when Slurm declares a node of the step down (NODE_FAIL).
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.MULTILINE)
-# A line that states a rank's error: an exception's ("ValueError: boom"), or a script's own
-# "error: ..." (argparse, and the MNIST entrypoint's, which exit without a traceback).
-_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|error):")
 # The scheduler is not cheap to poll (Slurm's docs warn against squeue loops); files are
 # (clustertrain.runs.follow).
 STATE_POLL_S = 3.0
@@ -131,24 +127,6 @@ class _Reader:
                 yield f"{self.prefix}{who} {printable(line.text)}"
 
 
-@dataclass(frozen=True)
-class Failure:
-    """The first rank that failed in the job's last attempt, as torchelastic reported it."""
-
-    rank: int
-    node: str
-    exit_code: int
-    tail: tuple[str, ...]
-    # The last line of its own that states an error ("ValueError: boom"), if it wrote one.
-    error: str | None = None
-
-    def lines(self) -> list[str]:
-        signal = f" (signal {-self.exit_code})" if self.exit_code < 0 else ""
-        error = f": {printable(self.error)}" if self.error else ""
-        head = f"first failure: rank {self.rank} on {self.node}, exit code {self.exit_code}"
-        return [head + signal + error, *(f"  {line}" for line in self.tail)]
-
-
 def hang(run: Run) -> str | None:
     """What the watchdog said of the newest attempt that hung (clustertrain.node.watchdog)."""
     found = None
@@ -197,39 +175,6 @@ def root_cause(lines: list[str]) -> dict[str, tuple[str, ...]] | None:
     return None
 
 
-def first_failure(run: Run) -> Failure | None:
-    files = [log for log in log_files(run) if log.stream == "err" and log.node != "batch"]
-    if not files:
-        return None
-    last_attempt = max(log.attempt for log in files)
-    found: list[tuple[tuple[str, bool, bool], Failure]] = []
-    for log in files:
-        if log.attempt != last_attempt:
-            continue
-        try:
-            data = read_regular(log.path, _FAILURE_TAIL_BYTES, True, run.folder)
-        except RunFolderError:
-            continue
-        text = data.decode("utf-8", "replace")
-        cause = root_cause(text.splitlines())
-        if cause is None:
-            continue
-        rank, local = int(cause["rank"][0]), int(cause["rank"][1])
-        own = [
-            rest
-            for got_rank, got_local, rest in map(split_prefix, text.splitlines())
-            if got_rank == rank or got_local == local
-        ]
-        error = next((line for line in reversed(own) if _ERROR_LINE.match(line)), None)
-        tail = tuple(own[-FAILURE_TAIL_LINES:])
-        failure = Failure(rank, log.node, int(cause["exit"][0]), tail, error)
-        # Reports carry whole seconds: on a tie, a rank killed by a signal, or one that did not
-        # just lose a peer, is the better suspect.
-        peer_died = bool(fold.PEER_FAILED.search("\n".join(own)))
-        found.append(((cause["time"][0], failure.exit_code >= 0, peer_died), failure))
-    return min(found, key=lambda item: item[0])[1] if found else None
-
-
 # What the batch script (setup lines) and each node's launch script (node_setup lines) print
 # when one of the job's setup lines fails (templates/slurm/sbatch.sh.j2, launch.sh.j2).
 _SETUP_FAILED = re.compile(
@@ -249,7 +194,7 @@ def setup_failure(run: Run) -> str | None:
         logs += [log.path for log in nodes if log.attempt == newest]
     for path in logs:
         try:
-            text = read_regular(path, _FAILURE_TAIL_BYTES, True, run.folder)
+            text = read_regular(path, _TAIL_BYTES, True, run.folder)
         except RunFolderError:
             continue
         found = _SETUP_FAILED.findall(text.decode("utf-8", "replace"))

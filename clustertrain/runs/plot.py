@@ -5,12 +5,14 @@ global step and against wall time, every attempt on the same axes in its own col
 marked; a metric no event carries is left out. Bottom: a timeline with one lane
 per attempt (start-up, training, training lost after the last checkpoint; checkpoints and
 signals as marks) and the waits in the queue before and between attempts; the title gives the
-goodput (:mod:`clustertrain.runs.timeline`). matplotlib is imported here only.
+goodput (:mod:`clustertrain.runs.timeline`) and, for a job that failed, its cause. matplotlib is
+imported here only.
 """
 
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,9 +48,10 @@ PHASE_COLOURS = {
 }
 
 
-def draw(run: Run, out: Path, warn: Warn = None) -> Path:
+def draw(run: Run, out: Path, warn: Warn = None, cause: str | None = None) -> Path:
     """Write the picture of ``run`` (a job, or a sweep: every task) to ``out`` (PNG); ``warn``
-    hears of event lines left out (:meth:`clustertrain.runs.Run.events`)."""
+    hears of event lines left out (:meth:`clustertrain.runs.Run.events`); a job that failed
+    says why under its title (``cause``: the headline ``status`` prints)."""
     matplotlib.use("Agg")  # no screen needed
     import matplotlib.pyplot as plt  # lazy: start-up time (0.3 s), only plot needs it
 
@@ -68,7 +71,7 @@ def draw(run: Run, out: Path, warn: Warn = None) -> Path:
         ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(fontsize=8, loc="best")
-    fig.suptitle(title, fontsize=13)
+    fig.suptitle(titled(title, cause), fontsize=13)
     # Written beside, then renamed over the name: a symlink planted at the name (a run folder
     # is anyone's to write) is replaced, never written through.
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
@@ -79,6 +82,14 @@ def draw(run: Run, out: Path, warn: Warn = None) -> Path:
         partial.unlink(missing_ok=True)
         plt.close(fig)
     return out
+
+
+def titled(title: str, cause: str | None) -> str:
+    """The picture's title: what the job did, and, for a job that failed, why on a line below
+    (escaped, shortened to fit the width)."""
+    if not cause:
+        return title
+    return f"{title}\n{textwrap.shorten(printable(cause), 160, placeholder=' ...')}"
 
 
 def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: Warn) -> str:

@@ -2,17 +2,18 @@
 and its run folder, which ``status``, ``list``, the notebook and ``Job.status()`` all ask.
 
 The pieces are read where they are kept (timeline.py: attempts, progress, the headline metric;
-logs.py: the first failing rank, a hang, lost nodes) and why a job failed is said by its one
-owner (why.py: the cause, its headline and hint); this module only gathers them.
+logs.py: a hang, lost nodes) and why a job failed is said by its one owner (why.py: the cause,
+its headline, hint and evidence); this module only gathers them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from clustertrain.files import printable
 from clustertrain.jobstate import RUN_FOLDER, SACCT, Accounting, JobState
+from clustertrain.rank.events import Event
 from clustertrain.runs import logs, timeline, why
 from clustertrain.runs.folder import Run
 
@@ -22,15 +23,14 @@ class Report:
     """A job as it stands: its ``state``, where training is (``progress``, while it runs), what
     happened on the way (``notes``: qualification, stragglers, restarts), its ``headline``
     metric once it ended, and for a job that did not complete, why: its ``cause`` (one owner:
-    :mod:`clustertrain.runs.why`) and the details below it (``hang``, ``failure``, ``setup``),
-    and the nodes it lost."""
+    :mod:`clustertrain.runs.why`) and the details below it (``hang``, ``setup``), and the nodes
+    it lost."""
 
     state: JobState
     progress: timeline.Progress | None = None
     notes: tuple[str, ...] = ()
     headline: timeline.Headline | None = None
     hang: str | None = None
-    failure: logs.Failure | None = None
     lost_nodes: tuple[str, ...] = ()
     # What the scheduler said when it could not be asked (the state is the run folder's).
     unreachable: str | None = None
@@ -51,6 +51,8 @@ class Report:
         """What ``status`` prints below the job's state, a line each."""
         cause = self.cause
         said = cause.lines() if cause else []  # the headline first: what failed, and where
+        if cause and cause.evidence:
+            said.append(f"evidence: clustertrain status {self.state.job_id} --why")
         said += [self.progress.line()] if self.progress else []
         said += list(self.notes)
         said += (
@@ -60,11 +62,6 @@ class Report:
         )
         said += [self.setup] if self.setup and not _said(cause, why.Kind.SETUP) else []
         said += [self.hang] if self.hang and not _said(cause, why.Kind.HANG) else []
-        if self.failure:
-            failure = self.failure
-            if cause and cause.ranks == (failure.rank,) and cause.node == failure.node:
-                failure = replace(failure, error=None)  # its error is the headline's
-            said += failure.lines()
         if self.lost_nodes and not _said(cause, why.Kind.NODE_LOST):
             when = (
                 "the job ended NODE_FAIL" if self.state.state == "NODE_FAIL"
@@ -75,6 +72,14 @@ class Report:
             )
         said += self.accounting.lines() if self.accounting else []
         return said + self.source_lines()
+
+    def why_lines(self) -> list[str]:
+        """What ``status --why`` prints: the headline and hint, then the evidence behind them
+        (at most :data:`clustertrain.runs.why.MAX_EVIDENCE` lines, each writer's decisive
+        lines, the consequences folded)."""
+        if self.cause is None:
+            return []
+        return [*self.cause.lines(), "evidence:", *(f"  {line}" for line in self.cause.evidence)]
 
     def source_lines(self) -> list[str]:
         """Where the state came from, when not from Slurm's controller or a local run's own
@@ -119,9 +124,16 @@ def report(
         headline=timeline.headline(found, run.metric) if state.finished else None,
         setup=records.setup if records else None,
         hang=records.hang if records else None,
-        failure=logs.first_failure(run) if failed else None,
         lost_nodes=records.lost_nodes if records else tuple(logs.lost_nodes(run)),
         unreachable=unreachable,
         accounting=accounting,
         cause=why.cause(records) if records else None,
     )
+
+
+def cause(run: Run, state: JobState, found: list[Event]) -> why.Cause | None:
+    """Why ``run`` did not complete, given its ``state`` and its events already read (``list``
+    asks this of each job it shows); None while it runs or once it completed."""
+    if not state.finished or state.state == "COMPLETED":
+        return None
+    return why.cause(why.read(run, state, None, found))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from clustertrain import protocol
 from clustertrain.runs.timeline import duration
 from clustertrain.runs.why_kinds import (
+    CONSEQUENCE,
     OOM_KILL,
     OOM_KILLS,
     SLURM_END,
@@ -97,10 +98,26 @@ def evidence(records: Records, end: End | None, found: Sequence[End]) -> tuple[s
         ]
     elif end is not None:
         said.append(f"{end.label()}: {end.finding.line}")
-    others = [e for e in found if e is not end][:_OTHERS]
-    said += [f"{e.label()}: {_quote(e.finding.line)}" for e in others]
+    others = [e for e in found if e is not end]
+    own = [e for e in others if e.finding.weight < CONSEQUENCE][:_OTHERS]
+    said += [f"{e.label()}: {_quote(e.finding.line)}" for e in own]
+    said += _consequences([e for e in others if e.finding.weight >= CONSEQUENCE])
     slurm = [line for line in records.batch if _SLURM_SAID.search(line)]
     return tuple(said + [f"batch ! {line}" for line in slurm[-4:]])
+
+
+def _consequences(found: Sequence[End]) -> list[str]:
+    """What only followed the first failure (a lost peer, a launcher stopped), folded to one
+    line: who said it, and the first of their words."""
+    if not found:
+        return []
+    ranks = [e.rank for e in found if e.rank is not None]
+    launchers = sorted({e.node for e in found if e.rank is None})
+    who = [protocol.rank_list(ranks)] if ranks else []
+    if launchers:
+        who.append(f"the launcher{'s' if len(launchers) > 1 else ''} on {', '.join(launchers)}")
+    first = _quote(found[0].finding.line)[:120]
+    return [f"... then {' and '.join(who)}: consequences, folded (the first: {first})"]
 
 
 # What of the batch shell's stderr is evidence: Slurm's words of the end, and clustertrain's.

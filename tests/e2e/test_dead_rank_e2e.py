@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from clustertrain import api
+from clustertrain.runs import why
 from tests.conftest import run_cli
 from tests.e2e.test_preemption import release_requeued
 from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
@@ -59,9 +61,14 @@ def test_a_rank_killed_with_sigkill_ends_the_job_and_is_named(
     os.kill(_rank_pid(run_dir, 3), signal.SIGKILL)
     ended = run_cli("logs", job_id, "--follow", env=env, timeout=END_WITHIN_S)
     assert ended.returncode != 0 and "FAILED" in ended.stderr
+    # The follower's last words are the cause, as status says it.
+    headline = re.compile(
+        r"rank 3 on node\d was killed by SIGKILL \(signal 9, killed without warning\)"
+    )
+    assert headline.search(ended.stderr.splitlines()[-2]), ended.stderr
     status = run_cli("status", job_id, env=env).stdout
     assert "FAILED" in status
-    assert "first failure: rank 3 on node" in status and "signal 9" in status, status
+    assert headline.search(status), status
 
 
 def test_a_rank_that_raises_ends_the_job_and_its_traceback_is_shown(
@@ -77,10 +84,13 @@ def test_a_rank_that_raises_ends_the_job_and_its_traceback_is_shown(
     ended = run_cli("logs", job_id, "--follow", env=env, timeout=END_WITHIN_S + 60)
     assert ended.returncode != 0 and "FAILED" in ended.stderr
     status = run_cli("status", job_id, env=env).stdout
-    assert "first failure: rank 1 on node" in status, status
-    assert "ValueError: rank 1 gave up at step 20" in status
+    headline = "raised ValueError: rank 1 gave up at step 20 (fail_rank.py:16)"
+    assert re.search(r"  rank 1 on node\d " + re.escape(headline), status), status
     errors = run_cli("logs", job_id, "--errors", env=env).stdout.splitlines()
-    assert errors[0].startswith("first failure: rank 1")
+    assert errors[0].endswith(headline) and errors[1].startswith("hint: "), errors
+    evidence = run_cli("status", job_id, "--why", env=env).stdout.splitlines()
+    assert any(line.endswith("! ValueError: rank 1 gave up at step 20") for line in evidence)
+    assert len(evidence) <= 4 + why.MAX_EVIDENCE, evidence
 
 
 def test_a_rank_that_crashes_after_the_requeue_request_cannot_fail_the_job(

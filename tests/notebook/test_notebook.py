@@ -22,6 +22,7 @@ from clustertrain.files import write_private
 from clustertrain.jobstate import JobState
 from clustertrain.notebook import JobFailed, _until_started, notebook_launcher, outcome
 from clustertrain.rank.notebook import seal
+from clustertrain.runs.why import Kind
 from tests.conftest import run_cli
 
 KEY = b"k" * 32
@@ -290,12 +291,25 @@ def test_a_forged_error_file_is_skipped_and_without_any_the_state_is_said(job: a
         job.run_dir / protocol.NOTEBOOK_ERROR.format(rank=1),
         job.run_dir / protocol.NOTEBOOK_ERROR.format(rank=5),  # not a rank of this job
     )
+    state = JobState("local-7", "FAILED", reason="NonZeroExitCode")
+    with pytest.raises(JobFailed) as failed:
+        outcome(job, state, KEY, 1 << 20)
+    assert str(failed.value) == (
+        "job local-7 ended FAILED (NonZeroExitCode); its lines: clustertrain logs local-7"
+    )
+
+
+def test_a_job_that_ran_out_of_time_raises_the_cause_status_prints(job: api.Job) -> None:
     state = JobState("local-7", "TIMEOUT", reason="TimeLimit")
     with pytest.raises(JobFailed) as failed:
         outcome(job, state, KEY, 1 << 20)
     assert str(failed.value) == (
-        "job local-7 ended TIMEOUT (TimeLimit); its lines: clustertrain logs local-7"
+        "job local-7 ended TIMEOUT: reached its time limit (Slurm: TIMEOUT) "
+        "(its lines: clustertrain logs local-7)"
     )
+    cause = failed.value.cause
+    assert cause is not None and cause.kind is Kind.TIME_LIMIT
+    assert cause.headline == job.status(state=state).lines()[0]
 
 
 def test_a_cancelled_job_is_said_cancelled_not_a_ranks_failure(job: api.Job) -> None:

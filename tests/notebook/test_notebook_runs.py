@@ -73,11 +73,13 @@ def test_a_failing_rank_is_one_exception_naming_it(tmp_path: Path) -> None:
         )  # fmt: skip
     said = str(failed.value)
     assert re.fullmatch(
-        r"job (local-\d+) ended FAILED: rank 1 on \S+ failed first: ValueError: boom on rank 1 "
+        r"job (local-\d+) ended FAILED: rank 1 on \S+ raised ValueError: boom on rank 1 "
         r"\(its lines: clustertrain logs \1 --rank 1\)",
         said,
     ), said
     assert failed.value.rank == 1 and failed.value.job.state == "FAILED"
+    # The cause status prints (clustertrain.runs.why), the same object the API returns.
+    assert failed.value.cause == failed.value.job.failure
     # The traceback streamed as the rank's lines, and the launcher's report folded.
     assert "rank1 ! ValueError: boom on rank 1" in shown.getvalue()
     assert "lines folded (a launcher's failure report)" in shown.getvalue()

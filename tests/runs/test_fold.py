@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from clustertrain import runs
 from clustertrain.jobstate import JobState
-from clustertrain.runs import fold, logs
+from clustertrain.runs import fold, logs, why
 from tests.conftest import ROOT, run_cli
 from tests.runs.test_logs_and_runs import _make_run
 
@@ -111,17 +111,17 @@ def test_raw_shows_every_line_as_today(tmp_path: Path) -> None:
     assert not any("lines folded" in line for line in raw)
 
 
-def test_first_failure_names_the_rank_and_its_error_line(tmp_path: Path) -> None:
+def test_the_cause_names_the_rank_and_its_error_line(tmp_path: Path) -> None:
     cases = {
-        "rank1-raises": "first failure: rank 1 on node1, exit code 1: "
-        "ValueError: rank 1 gave up at step 20",
-        "rank3-raises-alone": "first failure: rank 3 on node2, exit code 1: ValueError: boom",
-        "mnist-without-data": "first failure: rank 0 on node1, exit code 2: "
+        "rank1-raises": "rank 1 on node1 raised ValueError: rank 1 gave up at step 20",
+        "rank3-raises-alone": "rank 3 on node2 raised ValueError: boom",
+        "mnist-without-data": "rank 0 on node1 did not find its data: "
         "error: MNIST is not in /nonexistent/mnist/MNIST/raw",
     }
     for case, head in cases.items():
-        failure = logs.first_failure(_job(tmp_path / case, case))
-        assert failure is not None and failure.lines()[0].startswith(head), (case, failure)
+        run = _job(tmp_path / case, case)
+        cause = why.cause(why.read(run, JobState(run.job_id, "FAILED")))
+        assert cause is not None and cause.headline.startswith(head), (case, cause)
 
 
 def _fold(texts: list[str]) -> list[fold.Line]:
@@ -226,10 +226,34 @@ def test_the_cli_folds_unless_raw_and_status_names_the_error(tmp_path: Path) -> 
     )
     # Following ends each file's last folded run when the job ends, after the other files.
     assert followed.returncode == 1
+    # ... and the follower's last words are the cause, as status says it.
+    assert followed.stderr.splitlines()[-3:-1] == [
+        f"clustertrain: job {run.job_id} ended FAILED",
+        "clustertrain: rank 1 on node1 raised ValueError: rank 1 gave up at step 20 "
+        "(fail_rank.py:16)",
+    ], followed.stderr
+    assert followed.stderr.splitlines()[-1].startswith("clustertrain: hint: ")
+    listed = run_cli("list", env=env).stdout.splitlines()
+    assert listed[0].endswith(
+        "  rank 1 on node1 raised ValueError: rank 1 gave up at step 20 (fail_rank.py:16)"
+    ), listed
+    refused = run_cli("status", run.job_id, "--why", "--json", env=env)
+    assert refused.returncode == 2 and "--why: not with --json" in refused.stderr
     assert sorted(followed.stdout.splitlines()) == sorted(folded.stdout.splitlines())
     # The cause's headline first (clustertrain.runs.why), then the rank's traceback, its error
     # not said twice.
     assert "  rank 1 on node1 raised ValueError: rank 1 gave up at step 20 (fail_rank.py:16)" in (
         status.stdout
     )
-    assert "  first failure: rank 1 on node1, exit code 1\n" in status.stdout
+    assert f"  evidence: clustertrain status {run.job_id} --why\n" in status.stdout
+    # --why: the evidence, the consequences folded, within 20 lines.
+    evidence = run_cli("status", run.job_id, "--why", env=env)
+    assert evidence.returncode == 0, evidence.stderr
+    said = evidence.stdout.splitlines()
+    assert (
+        said[1] == "  rank 1 on node1 raised ValueError: rank 1 gave up at step 20 "
+        "(fail_rank.py:16)"
+    ), said
+    assert "    node1 rank1 ! ValueError: rank 1 gave up at step 20" in said
+    assert said[3] == "  evidence:" and len(said) - 4 <= why.MAX_EVIDENCE
+    assert not any("ChildFailedError" in line for line in said), said

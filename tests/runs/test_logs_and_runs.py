@@ -13,7 +13,7 @@ from clustertrain import runs
 from clustertrain.errors import UserError
 from clustertrain.jobstate import JobState
 from clustertrain.render import render
-from clustertrain.runs import follow, logs
+from clustertrain.runs import follow, logs, why
 from tests.conftest import job_spec
 
 
@@ -149,7 +149,7 @@ Root Cause (first observed failure):
 """
 
 
-def test_first_failure_names_the_earliest_root_cause_and_its_traceback(tmp_path: Path) -> None:
+def test_the_cause_is_the_earliest_root_cause_and_its_error(tmp_path: Path) -> None:
     run = _make_run(tmp_path, "6")
     folder = run.logs_dir / "attempt-0"
     folder.mkdir()
@@ -159,13 +159,10 @@ def test_first_failure_names_the_earliest_root_cause_and_its_traceback(tmp_path:
     (folder / "node2.err").write_text(
         TORCHRUN_FAILURE.format(time="2026-12-03_07:51:19", rank=0, code=-9)
     )
-    failure = logs.first_failure(run)
-    assert failure is not None
-    assert (failure.rank, failure.node, failure.exit_code) == (3, "node1", 1)
-    assert failure.tail[-1] == "ValueError: rank three exploded"
-    assert failure.lines()[0] == (
-        "first failure: rank 3 on node1, exit code 1: ValueError: rank three exploded"
-    )
+    cause = why.cause(why.read(run, JobState("6", "FAILED")))
+    assert cause is not None and (cause.rank, cause.node) == (3, "node1")
+    assert cause.headline.startswith("rank 3 on node1 raised ValueError: rank three exploded")
+    assert "node1 rank3 ! ValueError: rank three exploded" in cause.evidence
 
 
 # torch 1.13 (Debian 12's, in container images) ignores the prefix template: "[default<local>]:".
@@ -193,16 +190,17 @@ def test_torch_1_lines_are_labelled_with_their_local_rank_and_its_failure_found(
     assert "node2 local1 ! ValueError: local one exploded" in lines
     # The global rank is not in the line, so a rank filter cannot claim it.
     assert list(logs.read_all(run, logs.Filter(rank=0))) == []
-    failure = logs.first_failure(run)
-    assert failure is not None and (failure.rank, failure.node) == (3, "node2")
-    assert failure.tail == ("Traceback (most recent call last):", "ValueError: local one exploded")
+    cause = why.cause(why.read(run, JobState("8", "FAILED")))
+    assert cause is not None and (cause.rank, cause.node) == (3, "node2")
+    assert cause.headline.startswith("rank 3 on node2 raised ValueError: local one exploded")
 
 
-def test_no_failure_report_means_no_failure(tmp_path: Path) -> None:
+def test_a_warning_is_no_failure(tmp_path: Path) -> None:
     run = _make_run(tmp_path, "7")
     (run.logs_dir / "attempt-0").mkdir()
     (run.logs_dir / "attempt-0" / "node1.err").write_text("[rank0]: a warning\n")
-    assert logs.first_failure(run) is None
+    cause = why.cause(why.read(run, JobState("7", "FAILED")))
+    assert cause is not None and cause.kind is why.Kind.UNKNOWN, cause
 
 
 def test_a_full_disk_leaves_no_half_written_run_folder(

@@ -209,3 +209,13 @@ def test_plot_of_a_queued_job_draws_and_never_writes_through_a_planted_symlink(
     picture = run.path / "plot.png"
     assert not picture.is_symlink() and picture.read_bytes().startswith(b"\x89PNG")
     assert [p.name for p in run.path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_failed_jobs_plot_says_why_under_its_title() -> None:
+    from clustertrain.runs import plot
+
+    assert plot.titled("job 9", None) == "job 9"
+    said = plot.titled("job 9", "rank 1 on node1 raised ValueError: \x1b]0;owned\x07 " + "x" * 300)
+    title, cause = said.split("\n")
+    assert title == "job 9" and cause.startswith("rank 1 on node1 raised ValueError: ")
+    assert cause.isprintable() and "\x1b" not in cause and len(cause) <= 160
