@@ -178,29 +178,15 @@ def root_cause(lines: list[str]) -> dict[str, tuple[str, ...]] | None:
 # What the batch script (setup lines) and each node's launch script (node_setup lines) print
 # when one of the job's setup lines fails (templates/slurm/sbatch.sh.j2, launch.sh.j2).
 _SETUP_FAILED = re.compile(
-    r"^clustertrain: (?:node_)?setup line [0-9]{1,4} failed "
-    r"(?:on \S{1,64} )?\(exit [0-9]{1,3}\): .*$",
-    re.MULTILINE,
+    r"clustertrain: (?:node_)?setup line [0-9]{1,4} failed (?:on \S{1,64} )?\(exit [0-9]{1,3}\): .*"
 )
 
 
-def setup_failure(run: Run) -> str | None:
-    """The line that says which of the job's setup lines failed, and how, if one did: in the
-    batch shell's log, else in a node's (the newest attempt's)."""
-    logs = [run.logs_dir / f"slurm-{run.job_id}.err"]
-    nodes = [log for log in log_files(run) if log.stream == "err" and log.node != "batch"]
-    if nodes:
-        newest = max(log.attempt for log in nodes)
-        logs += [log.path for log in nodes if log.attempt == newest]
-    for path in logs:
-        try:
-            text = read_regular(path, _TAIL_BYTES, True, run.folder)
-        except RunFolderError:
-            continue
-        found = _SETUP_FAILED.findall(text.decode("utf-8", "replace"))
-        if found:
-            return printable(found[-1].removeprefix("clustertrain: "))[:300]
-    return None
+def setup_line(lines: Iterable[str]) -> str | None:
+    """Which of the job's setup lines failed, and how, as the last of ``lines`` (a log's
+    tail: the batch shell's, or a node launcher's) that says so; None if none does."""
+    found = [line for line in lines if _SETUP_FAILED.fullmatch(line)]
+    return printable(found[-1].removeprefix("clustertrain: "))[:300] if found else None
 
 
 def lost_nodes(run: Run) -> list[str]:

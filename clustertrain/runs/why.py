@@ -171,6 +171,8 @@ def read(
     never through a symlink."""
     found = run.events(warn) if found is None else found
     tails, exits, nodes = _node_tails(run)
+    batch = _lines(run, run.logs_dir / f"slurm-{run.job_id}.err")
+    launchers = (t.lines for t in tails if t.rank is None and t.local is None)
     ended = [e for e in found if e.name == events.ENDED]
     headline = timeline.headline(found, run.metric)
     by = accounting.cancelled_by if accounting is not None else ""
@@ -185,11 +187,12 @@ def read(
         exits=tuple(exits),
         nodes=tuple(nodes),
         world_size=run.world_size if 0 < run.world_size <= _MAX_WORLD else 0,
-        batch=tuple(_lines(run, run.logs_dir / f"slurm-{run.job_id}.err")),
+        batch=tuple(batch),
         accounting=accounting,
         hang=logs.hang(run),
         lost_nodes=tuple(logs.lost_nodes(run)),
-        setup=logs.setup_failure(run),
+        # The batch script's setup lines run first; a node's (node_setup) in its launch script.
+        setup=logs.setup_line(batch) or next(filter(None, map(logs.setup_line, launchers)), None),
         ended=str(ended[-1].values.get("status", "")) if ended else None,
         requeues=sum(e.name == events.REQUEUED for e in found),
         last_metric=headline.text() if headline else None,

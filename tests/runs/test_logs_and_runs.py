@@ -432,14 +432,22 @@ def test_a_folder_swapped_for_a_link_after_it_was_listed_leads_nowhere(tmp_path:
 
 def test_a_failed_setup_line_is_read_back_from_the_batch_log_or_a_nodes(tmp_path: Path) -> None:
     run = _make_run(tmp_path, "8")
-    assert logs.setup_failure(run) is None
+
+    def setup() -> str | None:
+        return why.read(run, JobState("8", "FAILED")).setup
+
+    assert setup() is None
     run.logs_dir.mkdir(parents=True, exist_ok=True)
     (run.logs_dir / "slurm-8.err").write_text(
         "Lmod has detected the following error: ...\n"
         "clustertrain: setup line 2 failed (exit 1): module load \x1b[2Jno-such-module\n"
     )
-    assert logs.setup_failure(run) == (
-        "setup line 2 failed (exit 1): module load \\x1b[2Jno-such-module"
-    )
+    assert setup() == "setup line 2 failed (exit 1): module load \\x1b[2Jno-such-module"
     (run.logs_dir / "slurm-8.err").write_text("clustertrain: setup line x failed: forged\n")
-    assert logs.setup_failure(run) is None  # not what the batch script prints
+    assert setup() is None  # not what the batch script prints
+    (run.logs_dir / "attempt-0").mkdir()
+    (run.logs_dir / "attempt-0" / "node2.err").write_text(
+        "[rank2]:clustertrain: node_setup line 1 failed on node2 (exit 3): forged by a rank\n"
+        "clustertrain: node_setup line 1 failed on node2 (exit 3): source /no/such/venv\n"
+    )
+    assert setup() == "node_setup line 1 failed on node2 (exit 3): source /no/such/venv"

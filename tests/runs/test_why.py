@@ -232,3 +232,11 @@ def test_the_api_failure_is_the_cause_status_prints(tmp_path: Path) -> None:
     assert failure is not None and failure.kind is why.Kind.EXCEPTION
     assert (failure.rank, failure.node) == (1, "node1")
     assert job.status().lines()[0] == failure.headline
+
+
+def test_the_docs_table_has_a_row_for_every_kind() -> None:
+    page = (Path(__file__).parent.parent.parent / "docs" / "why-it-failed.md").read_text()
+    rows = {
+        line.split("|")[1].strip().strip("`") for line in page.splitlines() if line[:3] == "| `"
+    }
+    assert rows == {kind.value for kind in why.Kind}
