@@ -46,6 +46,25 @@ _STOPPING = re.compile(
     r"closing signal SIG[A-Z]+$|has failed to shutdown the rendezvous|"
     r"has failed to send a keep-alive heartbeat"
 )
+# Lines that only follow a failure, wherever they stand, and what to call them: Slurm's words of
+# the steps and tasks it ended (srun's "task 0: Exited with exit code 1", slurmstepd's "STEP
+# 42.0 ... CANCELLED"; a job's own end, DUE TO TIME LIMIT and the like, is no consequence), and
+# torch's words once NCCL's first error has been said (ProcessGroupNCCL.cpp).
+CONSEQUENCE_LINES = (
+    (re.compile(r"^srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit code \d+|Killed|"
+                r"Terminated)$|^srun: (?:Job step aborted|launch/slurm: _step_signal|"
+                r"error: Timed out waiting for job step)|"
+                r"\*\*\* STEP \S+ ON \S+ CANCELLED AT \S+ \*\*\*$"),
+     "Slurm's stop of the steps"),
+    (re.compile(r"Some NCCL operations have failed or timed out|"
+                r"we are taking the entire process down|"
+                r"Process group watchdog thread terminated with exception|"
+                r"\[PG [^]]*\] (?:Aborting|Abort) communicators?"),
+     "NCCL's abort after the first error"),
+)  # fmt: skip
+# torchelastic's log tailer, when a rank's log ended under it at exit: an error line, then its
+# traceback (torch/distributed/elastic/multiprocessing/tail_log.py: logger.exception).
+LOG_TAILER = re.compile(r"\berror in log tailer for \S+")
 # An exception line that ends a traceback which is only a consequence, and what to call it.
 _CONSEQUENCES = (
     (re.compile(r"^torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"),
@@ -114,6 +133,20 @@ def _kind(exception_line: str) -> str | None:
     return None
 
 
+_TAILER = "a launcher's log tailer"
+
+
+def _line_kind(text: str) -> str | None:
+    """What a line that is not part of a traceback is a consequence of, if it is one."""
+    if _C10D_FRAMES.match(text):
+        return "c10d stack frames"
+    if _C10D_LOST.match(text):
+        return "a lost peer"
+    if LOG_TAILER.search(text):
+        return _TAILER
+    return next((kind for pattern, kind in CONSEQUENCE_LINES if pattern.search(text)), None)
+
+
 def _ends_traceback(text: str) -> bool:
     """A traceback's exception line: Python indents every frame, source and caret line."""
     return bool(text) and not text[0].isspace() and text != TRACEBACK
@@ -164,8 +197,9 @@ class Folder:
             writer.chained = writer.last
         elif text.strip():
             writer.last = writer.chained = None
-            kind = "c10d stack frames" if _C10D_FRAMES.match(text) else None
-            kind = "a lost peer" if _C10D_LOST.match(text) else kind
+            kind = _line_kind(text)
+            if kind == _TAILER:  # its traceback, next, is the tailer's: folded with it
+                writer.chained = True
             if kind is None and not (writer.count and _STOPPING.search(text)):
                 return [*self._close(writer), (text, 0)]
             writer.fold([text], kind)

@@ -233,7 +233,11 @@ def classify(lines: list[str]) -> Finding | None:
     strongest finding, of the most specific kind, the latest of those; None where they say
     nothing of an end."""
     best: tuple[tuple[int, int, int], Finding] | None = None
+    tailer = False  # inside the traceback of torchelastic's log tailer: a consequence
     for at, line in enumerate(lines):
+        if fold.LOG_TAILER.search(line) or tailer:
+            tailer = not (line and line[0] not in " \t" and _error_line(line))
+            continue
         if _NCCL_NAMED.match(line):
             continue  # NCCL's own words restate torch's line above them
         found = _anywhere(line) or _as_error(line)

@@ -150,6 +150,38 @@ def test_a_chain_is_folded_or_shown_whole_and_a_launcher_own_error_is_shown() ->
     assert [line.text for line in _fold(usage)] == usage
 
 
+def test_slurms_stop_of_the_steps_and_nccls_abort_are_folded_but_a_jobs_own_end_is_not() -> None:
+    slurm = [
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+        "slurmstepd: error: *** STEP 42.0 ON node1 CANCELLED AT 2026-12-07T19:08:24 ***",
+        "srun: error: node1: task 0: Exited with exit code 1",
+        "srun: error: node2: task 1: Killed",
+    ]
+    assert [(line.folded, line.text.split(";")[0]) for line in _fold(slurm)] == [
+        (4, "... 4 lines folded (Slurm's stop of the steps)")
+    ]
+    own_end = (
+        "slurmstepd: error: *** JOB 42 ON node1 CANCELLED AT 2026-12-07T19:08:24 DUE TO TIME LIMIT"
+        " ***"
+    )
+    oom = "srun: error: node2: task 3: Out Of Memory"
+    assert [line.text for line in _fold([own_end, oom, *slurm[2:]])] == [own_end, oom, *slurm[2:]]
+    nccl = [
+        "[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=808, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+        "[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 1] Some NCCL operations have failed or timed "
+        "out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might "
+        "run on corrupted/incomplete data.",
+        "[E ProcessGroupNCCL.cpp:1543] [PG 0 Rank 1] To avoid data inconsistency, we are taking "
+        "the entire process down.",
+        "[E ProcessGroupNCCL.cpp:1380] [PG 0 Rank 1] Process group watchdog thread terminated "
+        "with exception: [Rank 1] Watchdog caught collective operation timeout",
+    ]
+    shown = _fold(nccl)
+    assert [line.text for line in shown][0] == nccl[0]  # the first error, as written
+    assert [line.folded for line in shown] == [0, 3]
+
+
 def test_a_traceback_cut_off_by_the_end_of_the_file_is_shown() -> None:
     cut = [LAUNCHER_TRACEBACK, '  File "train.py", line 3, in <module>']
     assert [line.text for line in _fold(cut)] == cut

@@ -240,3 +240,38 @@ def test_the_docs_table_has_a_row_for_every_kind() -> None:
         line.split("|")[1].strip().strip("`") for line in page.splitlines() if line[:3] == "| `"
     }
     assert rows == {kind.value for kind in why.Kind}
+
+
+# torchelastic's log tailer at exit (tail_log.py: logger.exception), as the unchanged Lightning
+# Fabric script's launcher printed it after rank 0 aborted in teardown.
+LOG_TAILER = """\
+E1207 19:08:23.500000 30100 torch/distributed/elastic/multiprocessing/tail_log.py:154] error in log tailer for default0. ValueError
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/tail_log.py", line 152, in stop
+    f.result()
+  File "/usr/lib/python3.11/concurrent/futures/_base.py", line 449, in result
+    return self.__get_result()
+           ^^^^^^^^^^^^^^^^^^^
+  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/tail_log.py", line 56, in tail_logfile
+    dst.write(f"{header}{line}")
+ValueError: I/O operation on closed file.
+"""  # noqa: E501
+
+
+def test_a_launchers_log_tailer_at_exit_is_a_consequence_and_folded(tmp_path: Path) -> None:
+    case = CORPUS / "died_at_exit" / "terminate-at-teardown"
+    run = _run(tmp_path / "runs", "test_acc")
+    _lay_out(case, run)
+    node1 = run.logs_dir / "attempt-0" / "node1.err"
+    lines = node1.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("Traceback"))
+    node1.write_text("".join(lines[:at]) + LOG_TAILER + "".join(lines[at:]))
+    state = JobState(JOB_ID, **json.loads((case / "state.json").read_text()))
+    found = why.cause(why.read(run, state))
+    assert found is not None and found.kind is why.Kind.DIED_AT_EXIT, found
+    assert found.headline.startswith("finished, then rank 0 aborted at exit (SIGABRT")
+    from clustertrain.runs import logs
+
+    shown = list(logs.read_all(run, logs.Filter(node="node1")))
+    assert not any("I/O operation on closed file" in line for line in shown), shown
+    assert any("(a launcher's log tailer" in line for line in shown), shown
