@@ -25,7 +25,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from clustertrain import protocol
 
@@ -146,6 +146,35 @@ class Splitter:
     def _complete(self, rank: int | None, local: int | None, text: str) -> Line:
         held = self._partial.pop((rank, local), "")
         return Line(rank, local, overwritten(held + text if held else text))
+
+
+def unerased(line: bytes) -> bytes:
+    """A line not yet complete, less what its ``\\r`` overwrote: its writer's prefix and its
+    last segment with something in it (bytes as read: latin-1 maps each to one character)."""
+    text = line.decode("latin-1")
+    rest = split_prefix(text)[2]
+    return (text[: len(text) - len(rest)] + _unerased(rest)).encode("latin-1")
+
+
+def read_lines(handle: BinaryIO, piece: int) -> Iterator[str]:
+    """The lines of an open log, read a line at a time: a line over ``piece`` bytes comes in
+    pieces of that size, but where it holds a ``\\r``, what that overwrote is dropped as it is
+    read: a 10 MB line of a bar's updates reads as its last state, as ``follow.Tail`` reads it."""
+    held, cut = b"", False
+    while raw := handle.readline(piece):
+        if cut and raw == b"\n" and not held:
+            cut = False  # the end of a line already given in pieces
+            continue
+        cut = not raw.endswith(b"\n")
+        line, held = held + raw.rstrip(b"\n"), b""
+        if cut and b"\r" in line:
+            held = unerased(line)
+            if len(held) <= piece:
+                continue
+            held = b""
+        yield line.decode("utf-8", "replace")
+    if held:
+        yield held.decode("utf-8", "replace")
 
 
 def writers_lines(lines: Iterable[str]) -> Iterator[Line]:

@@ -305,18 +305,14 @@ def read_all(run: Run, filters: Filter) -> Iterator[str]:
 
 
 def _lines(path: Path, within: Path) -> Iterator[str]:
-    """The lines of a log, read a line at a time (a line over MAX_PARTIAL comes in pieces of
-    that size), never through a symlink: a log may be gigabytes, or planted."""
+    """The lines of a log (:func:`bars.read_lines`), never through a symlink: a log may be
+    gigabytes, or planted."""
     try:
         handle = open_regular(path, within)
     except RunFolderError:
         return
     with handle:
-        cut = False
-        while raw := handle.readline(MAX_PARTIAL):
-            if not (cut and raw == b"\n"):  # the end of a line already given in pieces
-                yield raw.rstrip(b"\n").decode("utf-8", "replace")
-            cut = not raw.endswith(b"\n")
+        yield from bars.read_lines(handle, MAX_PARTIAL)
 
 
 def follow(
