@@ -62,7 +62,7 @@ class Filter:
     rank: int | None = None
     node: str | None = None
     errors: bool = False
-    # Every line as written, nothing folded.
+    # Every line as written (each rank's, put back together), nothing folded or collapsed.
     raw: bool = False
 
     def wants_file(self, log: LogFile) -> bool:
