@@ -21,6 +21,7 @@ Every text is bounded (``MAX_CHARS`` a line), whatever a log holds.
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator
@@ -40,12 +41,15 @@ _PIECE = re.compile(r"\[rank\d+\]: |\[default\d+\]:")
 # tqdm's two shapes (tqdm.format_meter): "desc:  40%|████      | 12/30 [00:00<00:00, 192.76
 # examples/s]" with a total, "desc: 6it [00:00, 81.92it/s]" without one; the rate is "?it/s",
 # "12.3kit/s" or "1.52s/it", the unit the script's (" examples").
-_PERCENT = re.compile(r"(?:^|[\s:])(\d{1,3})%\|[^|]{0,400}\|")
-_COUNTER = re.compile(
-    r"(?:^|[\s:])(\d[\d.]*)[kMGTPEZY]?(?: ?[^\s\[\]\d][^\s\[\]]{0,40})? "
-    r"\[(?:\d+:)?\d\d:\d\d(?:<[\d:?]{1,12})?, *(?:\?|\d[\d.]*[kMGTPEZY]?) ?[^\s\],]{0,40}"
+# Each pattern begins with a literal ("%|", " ["), which the regular expression engine looks for
+# first: a log's every line is asked.
+_PERCENT = re.compile(r"%\|[^|]{0,400}\|")
+_PERCENTAGE = re.compile(r"(?:^|[\s:])(\d{1,3})$")  # just before the "%|"
+_TIMING = re.compile(
+    r" \[(?:\d+:)?\d\d:\d\d(?:<[\d:?]{1,12})?, *(?:\?|\d[\d.]*[kMGTPEZY]?) ?[^\s\],]{0,40}"
     r"(?:/s|s/[^\s\],]{1,40})[,\]]"
 )
+_COUNT = re.compile(r"(?:^|[\s:])(\d[\d.]*)[kMGTPEZY]?(?: ?[^\s\[\]\d][^\s\[\]]{0,40})?$")
 # tqdm's total, beside the percentage: "| 12/30 [".
 _TOTAL = re.compile(r"\| *\d[\d.]*[kMGTPEZY]?/(\d[\d.]*[kMGTPEZY]?) \[")
 # Error text stays error text, whatever it quotes.
@@ -81,13 +85,23 @@ def split_prefix(line: str) -> tuple[int | None, int | None, str]:
 def _shape(text: str) -> tuple[str, int, str] | None:
     """A bar's description, how far along it is and its total ("" unknown); None for a line
     that is not a bar."""
-    if len(text) > _BAR_CHARS or _ERROR.match(text):
+    if len(text) > _BAR_CHARS or not ("%|" in text or "/s" in text or "s/" in text):
+        return None  # most lines, at the cost of a few substring searches
+    return _bar_shape(text)
+
+
+# The reader, the folder and the label ask of the same line in turn: it is looked at once.
+@functools.lru_cache(maxsize=64)
+def _bar_shape(text: str) -> tuple[str, int, str] | None:
+    if _ERROR.match(text):
         return None
     plain = _ESCAPE.sub("", text) if "\x1b" in text else text
-    if match := _PERCENT.search(plain):
-        total = _TOTAL.search(plain, match.end() - 1)
+    found = _PERCENT.search(plain)
+    if found and (match := _PERCENTAGE.search(plain, max(0, found.start() - 4), found.start())):
+        total = _TOTAL.search(plain, found.end() - 1)
         return plain[: match.start(1)].strip(), int(match[1]), total[1] if total else ""
-    if match := _COUNTER.search(plain):
+    found = _TIMING.search(plain)
+    if found and (match := _COUNT.search(plain, max(0, found.start() - 60), found.start())):
         return plain[: match.start(1)].strip(), int(float(match[1])), ""
     return None
 
@@ -132,10 +146,13 @@ class Splitter:
             return [self._complete(*split_prefix(line))]
         starts = [0, *(m.start() for m in _PIECE.finditer(line, 1)), len(line)]
         pieces = [split_prefix(line[a:b]) for a, b in zip(starts, starts[1:], strict=False)]
+        unfinished: dict[Key, list[str]] = {}
         for rank, local, text in pieces[:-1]:  # copied before its line end was written
-            key = (rank, local)
-            held = _unerased(self._partial.get(key, "") + text)
-            self._partial[key] = held[-MAX_CHARS:]
+            unfinished.setdefault((rank, local), []).append(text)
+        # Joined once a line: a rank's dots printed without a newline are a piece each.
+        for key, texts in unfinished.items():
+            held = self._partial.get(key, "") + "".join(texts)
+            self._partial[key] = (_unerased(held) if "\r" in held else held)[-MAX_CHARS:]
         return [self._complete(*pieces[-1])]
 
     def finish(self) -> list[Line]:
