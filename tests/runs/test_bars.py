@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import io
 import re
+import tempfile
 import tracemalloc
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from clustertrain import runs
 from clustertrain.jobstate import JobState
@@ -232,6 +235,26 @@ def test_following_elsewhere_prints_each_bar_once_as_reading_does(tmp_path: Path
     _follow(run, out, _pieces((FIXTURE / "node1.err").read_bytes(), 123))
     assert out.getvalue().splitlines() == SHOWN
     assert "\x1b" not in out.getvalue()
+
+
+def test_a_dumb_terminal_gets_no_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "dumb")
+    out = _Terminal()
+    _follow(_run(tmp_path), out, _pieces((FIXTURE / "node1.err").read_bytes(), 500))
+    assert out.getvalue().splitlines() == SHOWN
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(min_value=1, max_value=4600), max_size=8))
+def test_following_the_fixture_cut_anywhere_prints_what_reading_it_after(cuts: list[int]) -> None:
+    data = (FIXTURE / "node1.err").read_bytes()
+    bounds = sorted({min(cut, len(data)) for cut in cuts} | {len(data)})
+    with tempfile.TemporaryDirectory() as tmp:
+        out = io.StringIO()
+        _follow(
+            _run(Path(tmp)), out, [data[a:b] for a, b in zip([0, *bounds], bounds, strict=False)]
+        )
+        assert out.getvalue().splitlines() == SHOWN
 
 
 def test_a_board_of_many_ranks_draws_a_line_per_description_cut_to_the_width() -> None:
