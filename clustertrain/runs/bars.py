@@ -314,8 +314,10 @@ class Board:
         self._drawn, self._dirty = len(lines), False
 
     def close(self) -> None:
+        """The board erased (the lines printed stay); a later ``draw`` draws it again."""
         self._erase()
         self.out.flush()
+        self._dirty = bool(self._live)
 
     def _lines(self) -> list[str]:
         if len(self._live) <= MAX_LIVE:

@@ -334,8 +334,12 @@ def follow(
         board.draw()
         sleep(seconds)
 
+    def told(message: str) -> None:
+        board.close()  # stderr's line goes below the board, which is drawn again next cycle
+        (say or _say)(message)
+
     progress = board.update if board.live else None
-    lines = follow_lines(run, filters, job_state, clock, nap, say, progress)
+    lines = follow_lines(run, filters, job_state, clock, nap, told, progress)
     try:
         while True:
             try:
