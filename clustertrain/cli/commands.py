@@ -212,12 +212,13 @@ def cancel(job: str, runs_dir: str | None) -> None:
 )
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--node", help="Only this node.")
-@click.option("--errors", is_flag=True, help="Only stderr.")
+@click.option("--errors", is_flag=True, help="Only stderr, progress bars left out.")
 @click.option(
     "--raw",
     is_flag=True,
     help="Every line as written: what follows a failure (launchers' failure reports, c10d "
-    "stack frames, peers' lost-connection tracebacks) is not folded.",
+    "stack frames, peers' lost-connection tracebacks) is not folded, and a progress bar shows "
+    "every update.",
 )
 @runs_dir_option
 def logs(
@@ -229,8 +230,9 @@ def logs(
     raw: bool,
     runs_dir: str | None,
 ) -> None:
-    """Every rank's output, each line prefixed with its node and rank. After a rank fails,
-    the consequences in other ranks and launchers are folded to one line per run (--raw
+    """Every rank's output, each line prefixed with its node and rank. A progress bar shows
+    once, at its last state (with --follow on a terminal, a live line per rank). After a rank
+    fails, the consequences in other ranks and launchers are folded to one line per run (--raw
     shows them)."""
     from clustertrain.api import Job
     from clustertrain.runs import logs as joblogs

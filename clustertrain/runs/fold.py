@@ -8,7 +8,8 @@ peer". Seen on a 2-node MNIST job: ~190 such lines around the two that said what
 
 A :class:`Folder` reads one log file's lines in order and replaces each run of such lines of one
 writer (a rank, or the launcher) with one line that counts them and names the file. Everything
-else passes through unchanged, a rank's own traceback included. A traceback is held until its
+else passes through unchanged, a rank's own traceback included, and a progress bar
+(:func:`clustertrain.runs.bars.is_bar`) is no part of any run. A traceback is held until its
 exception line decides whether it is a consequence; a folded run until the writer's next line
 that is not part of it, or the end of the file. The decision depends only on the lines, never on
 how they were split into reads, so following a job prints what reading it afterwards does.
@@ -19,6 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from clustertrain.runs.bars import Line, is_bar
 
 TRACEBACK = "Traceback (most recent call last):"
 # Python's words between the tracebacks of one chain: the chain is folded or shown as a whole.
@@ -81,18 +84,6 @@ _REPORT_RULE = re.compile(r"^=+$")
 # whose closing rule never comes stops being folded.
 MAX_HELD = 500
 MIN_FOLDED = 3
-
-
-@dataclass(frozen=True)
-class Line:
-    """One line of a log, split from its writer's prefix: ``rank`` (torch 2), ``local`` (torch
-    1.x), or neither for the launcher's own lines. ``folded`` counts the lines a summary stands
-    for (0 for a line as written)."""
-
-    rank: int | None
-    local: int | None
-    text: str
-    folded: int = 0
 
 
 @dataclass
@@ -163,6 +154,11 @@ class Folder:
         self._writers: dict[tuple[int | None, int | None], _Writer] = {}
 
     def feed(self, line: Line) -> Iterator[Line]:
+        if is_bar(line.text):
+            # A progress bar says nothing of a failure: it neither ends a traceback (as its
+            # exception line would) nor closes a run.
+            yield line
+            return
         key = (line.rank, line.local)
         writer = self._writers.setdefault(key, _Writer())
         shown = self._step(writer, line.text)

@@ -10,8 +10,8 @@ nodes write. So the follower polls, and spends its polling where the lines are:
   is even and a quiet file's first new line waits at most ``CYCLE_S * SWEEP_CYCLES``.
 - **Folders**: a folder is listed again when its mtime changes (a new file), and at least every
   ``RESCAN_S`` whatever its mtime says (an NFS client may cache a folder's attributes).
-- **Memory**: per file an offset and at most one partial line (``MAX_PARTIAL`` bytes); nothing
-  of the history is kept.
+- **Memory**: per file an offset and at most one partial line (``MAX_PARTIAL`` bytes, less what
+  its ``\r`` overwrote: a progress bar never ends its line); nothing of the history is kept.
 - **The end**: after the job ends, a last pass opens every file and reads it to its end (an
   open makes an NFS client revalidate), so no line is lost to a stale ``stat``.
 
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, open_regular
+from clustertrain.runs import bars
 
 CYCLE_S = 0.25
 SWEEP_CYCLES = 3
@@ -208,6 +209,8 @@ class Tail:
             at_end = tracked.offset >= info.st_size
         lines = chunk.split(b"\n")
         rest = lines.pop()
+        if len(rest) > MAX_PARTIAL and b"\r" in rest:
+            rest = bars.unerased(rest)  # a bar redrawn on one line: its last state is enough
         if rest and ((final and at_end) or len(rest) > MAX_PARTIAL):
             lines.append(rest)
             rest = b""

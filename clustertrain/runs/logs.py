@@ -4,12 +4,14 @@ Layout written by the batch script: ``logs/slurm-<id>.{out,err}`` for the batch 
 ``logs/attempt-<K>/<node>.{out,err}`` for each node's launcher, whose lines torchrun and
 accelerate prefix with ``[rank<N>]: ``. Only regular files inside the run's own ``logs`` folder
 are read; symlinks are skipped, so a crafted run folder cannot point ``logs`` elsewhere.
-What follows a rank's failure is folded to a line per run unless asked for raw
-(:mod:`clustertrain.runs.fold`).
+The tee's pieces are put back into each writer's lines, and a progress bar shows as its last
+state (:mod:`clustertrain.runs.bars`). What follows a rank's failure is folded to a line per run
+unless asked for raw (:mod:`clustertrain.runs.fold`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -21,7 +23,7 @@ from typing import TextIO
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, open_regular, printable, read_regular
 from clustertrain.jobstate import JobState
-from clustertrain.runs import Run, fold, folderstate, tasks
+from clustertrain.runs import Run, bars, fold, folderstate, tasks
 from clustertrain.runs.follow import (
     ATTEMPT,
     CYCLE_S,
@@ -31,8 +33,6 @@ from clustertrain.runs.follow import (
     list_log_files,
 )
 
-_RANK_PREFIX = protocol.RANK_PREFIX
-_LOCAL_RANK_PREFIX = protocol.LOCAL_RANK_PREFIX
 # torchelastic's failure report (ChildFailedError), which torchrun and accelerate print: a
 # heading, then a field a line. Read line by line, each pattern anchored to its field's name:
 # one regular expression across the whole text (three lazy ".*?" with DOTALL) backtracked for
@@ -58,7 +58,7 @@ class Filter:
     rank: int | None = None
     node: str | None = None
     errors: bool = False
-    # Every line as written, nothing folded.
+    # Every line as written (each rank's, put back together), nothing folded or collapsed.
     raw: bool = False
 
     def wants_file(self, log: LogFile) -> bool:
@@ -81,50 +81,69 @@ def log_files(run: Run) -> list[LogFile]:
     return list_log_files(run.logs_dir, run.job_id)
 
 
-def split_prefix(line: str) -> tuple[int | None, int | None, str]:
-    """A line's (global rank, local rank, text): torch 2 prefixes "[rankN]: ", torch 1.x
-    "[defaultL]:" with the local rank only; a launcher's own lines have neither."""
-    if match := _RANK_PREFIX.match(line):
-        return int(match[1]), None, line[match.end() :]
-    if match := _LOCAL_RANK_PREFIX.match(line):
-        return None, int(match[1]), line[match.end() :]
-    return None, None, line
-
-
-def _label(log: LogFile, rank: int | None, local: int | None) -> str:
-    """``node1 rank3 |``: whose line, and ``!`` for stderr."""
-    if rank is not None:
-        who = f"{log.node} rank{rank}"
-    elif local is not None:
-        who = f"{log.node} local{local}"
-    else:
-        who = log.node if log.node == "batch" else f"{log.node} launcher"
-    return f"{who} {'!' if log.stream == 'err' else '|'}"
-
-
 class _Reader:
-    """One log file's lines in order, labelled, filtered and, unless raw, folded."""
+    """One log file's lines in order, put back together, labelled, filtered and, unless raw,
+    each bar to its last state and the consequences of a failure folded. ``progress`` hears
+    the bars still moving."""
 
-    def __init__(self, run: Run, log: LogFile, filters: Filter, prefix: str) -> None:
-        self.log, self.filters, self.prefix = log, filters, prefix
+    def __init__(
+        self, run: Run, log: LogFile, filters: Filter, prefix: str, progress: bars.Progress | None
+    ) -> None:
+        self.log, self.filters, self.prefix, self.progress = log, filters, prefix, progress
         try:
             where = str(log.path.relative_to(run.path))
         except ValueError:
             where = str(log.path)
+        self.splitter = bars.Splitter()
+        self.collapser = bars.Collapser(hold=not filters.raw)
         self.folder = None if filters.raw else fold.Folder(printable(where))
 
     def feed(self, line: str) -> Iterator[str]:
-        split = fold.Line(*split_prefix(line))
-        return self._shown([split] if self.folder is None else self.folder.feed(split))
+        for said in self.splitter.feed(line):
+            yield from self._collapsed(said)
 
     def finish(self) -> Iterator[str]:
-        return self._shown(self.folder.finish() if self.folder is not None else [])
+        for said in self.splitter.finish():
+            yield from self._collapsed(said)
+        yield from self._folded(self.collapser.finish())
+        yield from self._shown(self.folder.finish() if self.folder is not None else [])
 
-    def _shown(self, lines: Iterable[fold.Line]) -> Iterator[str]:
+    def _collapsed(self, line: bars.Line) -> Iterator[str]:
+        done, moving = self.collapser.feed(line)
+        yield from self._folded(done)
+        if moving is not None and self.progress is not None and self._wanted(moving):
+            self.progress(self._key(moving), self._text(moving), moving.text)
+
+    def _folded(self, lines: Iterable[bars.Line]) -> Iterator[str]:
+        if self.folder is not None:
+            lines = [shown for line in lines for shown in self.folder.feed(line)]
+        return self._shown(lines)
+
+    def _shown(self, lines: Iterable[bars.Line]) -> Iterator[str]:
         for line in lines:
-            if self.filters.wants_rank(line.rank):
-                who = _label(self.log, line.rank, line.local)
-                yield f"{self.prefix}{who} {printable(line.text)}"
+            if self._wanted(line):
+                if self.progress is not None:
+                    self.progress(self._key(line), None, "")  # its bar, if any, is done
+                yield self._text(line)
+
+    def _wanted(self, line: bars.Line) -> bool:
+        """A line this filter selects: a bar is progress, never among --errors."""
+        bar = self.filters.errors and bars.is_bar(line.text)
+        return self.filters.wants_rank(line.rank) and not bar
+
+    def _key(self, line: bars.Line) -> str:
+        """``node1 rank3``: whose line."""
+        node = self.log.node
+        if line.rank is not None:
+            return f"{self.prefix}{node} rank{line.rank}"
+        if line.local is not None:
+            return f"{self.prefix}{node} local{line.local}"
+        return self.prefix + (node if node == "batch" else f"{node} launcher")
+
+    def _text(self, line: bars.Line) -> str:
+        """``node1 rank3 | text``, ``!`` for stderr's lines but a bar's."""
+        err = self.log.stream == "err" and not bars.is_bar(line.text)
+        return f"{self._key(line)} {'!' if err else '|'} {printable(line.text)}"
 
 
 def hang(run: Run) -> str | None:
@@ -210,25 +229,21 @@ def read_all(run: Run, filters: Filter) -> Iterator[str]:
         for log in log_files(view):
             if not filters.wants_file(log):
                 continue
-            reader = _Reader(run, log, filters, prefix)
+            reader = _Reader(run, log, filters, prefix, None)
             for line in _lines(log.path, view.folder):
                 yield from reader.feed(line)
             yield from reader.finish()
 
 
 def _lines(path: Path, within: Path) -> Iterator[str]:
-    """The lines of a log, read a line at a time (a line over MAX_PARTIAL comes in pieces of
-    that size), never through a symlink: a log may be gigabytes, or planted."""
+    """The lines of a log (:func:`bars.read_lines`), never through a symlink: a log may be
+    gigabytes, or planted."""
     try:
         handle = open_regular(path, within)
     except RunFolderError:
         return
     with handle:
-        cut = False
-        while raw := handle.readline(MAX_PARTIAL):
-            if not (cut and raw == b"\n"):  # the end of a line already given in pieces
-                yield raw.rstrip(b"\n").decode("utf-8", "replace")
-            cut = not raw.endswith(b"\n")
+        yield from bars.read_lines(handle, MAX_PARTIAL)
 
 
 def follow(
@@ -241,13 +256,29 @@ def follow(
     say: Callable[[str], None] | None = None,
 ) -> JobState:
     """Print new lines from every log as they are written, until the job ends; return its state.
-    ``say`` hears when the scheduler cannot be reached, and when it is back."""
-    lines = follow_lines(run, filters, job_state, clock, sleep, say)
-    while True:
-        try:
-            print(next(lines), file=out, flush=True)
-        except StopIteration as end:
-            return end.value  # type: ignore[no-any-return]
+    ``say`` hears when the scheduler cannot be reached, and when it is back. On a terminal the
+    bars still moving are drawn in place below them, once a cycle (:class:`bars.Board`);
+    elsewhere a bar is printed once, its last state, as reading the logs afterwards does."""
+    board = bars.Board(out, live=out.isatty() and os.environ.get("TERM") != "dumb")
+
+    def nap(seconds: float) -> None:
+        board.draw()
+        sleep(seconds)
+
+    def told(message: str) -> None:
+        board.close()  # stderr's line goes below the board, which is drawn again next cycle
+        (say or _say)(message)
+
+    progress = board.update if board.live else None
+    lines = follow_lines(run, filters, job_state, clock, nap, told, progress)
+    try:
+        while True:
+            try:
+                board.print(next(lines))
+            except StopIteration as end:
+                return end.value  # type: ignore[no-any-return]
+    finally:
+        board.close()
 
 
 def follow_lines(
@@ -257,6 +288,7 @@ def follow_lines(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     say: Callable[[str], None] | None = None,
+    progress: bars.Progress | None = None,
 ) -> Generator[str, None, JobState]:
     """Yield new lines from every log as they are written, until the job ends; the generator's
     return value is the final state.
@@ -265,7 +297,7 @@ def follow_lines(
     How the files are polled, at any number of them: :mod:`clustertrain.runs.follow`. While
     ``job_state`` raises :class:`~clustertrain.errors.SchedulerUnreachable`, the run folder
     says when the job ends (:class:`clustertrain.runs.folderstate.Watch`, which tells ``say``,
-    by default stderr).
+    by default stderr). ``progress`` hears each bar while it moves.
     """
     watch = folderstate.Watch(run, job_state, say or _say, clock)
     tails = [
@@ -276,7 +308,7 @@ def follow_lines(
     def formatted(prefix: str, found: Iterator[tuple[LogFile, bytes]]) -> Iterator[str]:
         for log, raw in found:
             if log.path not in readers:
-                readers[log.path] = _Reader(run, log, filters, prefix)
+                readers[log.path] = _Reader(run, log, filters, prefix, progress)
             yield from readers[log.path].feed(raw.decode("utf-8", "replace"))
 
     next_state = clock()

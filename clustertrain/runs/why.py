@@ -25,7 +25,7 @@ from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import RUN_FOLDER, TERMINAL_STATES, Accounting, JobState
 from clustertrain.rank import events
 from clustertrain.rank.events import Event
-from clustertrain.runs import logs, timeline
+from clustertrain.runs import bars, logs, timeline
 from clustertrain.runs.folder import Run
 from clustertrain.runs.why_kinds import (
     COLLECTIVE_ERROR,
@@ -212,9 +212,9 @@ def _node_tails(run: Run) -> tuple[list[Tail], list[Exit], list[str]]:
         nodes.append(log.node)
         lines = _lines(run, log.path)
         writers: dict[tuple[int | None, int | None], list[str]] = {}
-        for line in lines:
-            rank, local, text = logs.split_prefix(line)
-            writers.setdefault((rank, local), []).append(text)
+        for said in bars.writers_lines(lines):
+            if not bars.is_bar(said.text):  # progress, never a failure's evidence
+                writers.setdefault((said.rank, said.local), []).append(said.text)
         report = logs.root_cause(lines)
         if report is not None:
             rank, local = int(report["rank"][0]), int(report["rank"][1])
