@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from clustertrain.backends.base import Backend
     from clustertrain.backends.remote import RemoteBackend
     from clustertrain.backends.slurm import Slurm
-    from clustertrain.jobstate import Accounting, JobState
+    from clustertrain.jobstate import Accounting, Allocation, JobState
+    from clustertrain.runs.cost import Cost
     from clustertrain.runs.folderstate import Answer
     from clustertrain.runs.report import Report
     from clustertrain.runs.why import Cause
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Job",
     "backend_for",
+    "costs_since",
     "default_job_file",
     "forget_bad_nodes",
     "login_node",
@@ -371,5 +373,52 @@ class Job:
         """What the backend's accounting recorded of the job (Slurm: sacct), or None."""
         return self.backend.accounting(self.run)
 
+    def cost(self, warn: Callable[[str], None] | None = None, now: float | None = None) -> Cost:
+        """What the job cost and its goodput: queue wait, wall time, node- and GPU-hours
+        (accounting's where kept, else its run folder's, with what is missing said) and the
+        badput buckets (see :mod:`clustertrain.runs.cost`). A sweep's is the total of its
+        tasks', each in ``parts``; ``warn`` hears of what in a run folder could not be read."""
+        from clustertrain.runs import cost  # lazy: start-up time
+
+        self.backend.sync(self.run)
+        now = time.time() if now is None else now
+        allocations, why = self._allocations()
+        tasks = runs.tasks(self.run)
+        if not tasks:
+            return cost.cost(self.run, self.run.events(warn), allocations, now, why)
+        parts = [cost.cost(t, t.events(warn), allocations, now, why) for t in tasks]
+        return cost.total(self.job_id, self.run.name, parts, self.run.submitted_at)
+
+    def _allocations(self) -> tuple[tuple[Allocation, ...] | None, str]:
+        """What accounting kept of the job's allocations, or None and why not."""
+        if self.backend.host() is not None:
+            return None, "no accounting asked: a login node's job"
+        try:
+            found = self.backend.allocations(self.run)
+        except UserError as exc:  # Slurm not reachable: the run folder still answers
+            return None, f"no accounting: {str(exc)[:160]}"
+        if found is None and self.backend.name == "local":
+            return None, "no accounting: a local run"
+        if found is None:
+            return None, "no accounting: sacct answered nothing (no slurmdbd?)"
+        return found, ""
+
     def __repr__(self) -> str:
         return f"Job({self.job_id!r}, run_dir={str(self.run_dir)!r})"
+
+
+def costs_since(
+    period: str,
+    runs_dir: str | None = None,
+    warn: Callable[[str], None] | None = None,
+    now: float | None = None,
+) -> list[Cost]:
+    """Each job's :meth:`Job.cost` (a sweep's total, its tasks in ``parts``), for the jobs
+    under the runs root submitted within ``period`` (``7d``, ``12h``, ``30m``) before now,
+    oldest first."""
+    from clustertrain.runs import cost  # lazy: start-up time
+
+    now = time.time() if now is None else now
+    seconds = cost.period_s(period)
+    found = cost.since(runs.all_runs(runs.runs_root(runs_dir), warn), seconds, now)
+    return [Job(run).cost(warn, now) for run in found]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from clustertrain import runs
 from clustertrain.errors import UserError
-from clustertrain.jobstate import Accounting, JobState
+from clustertrain.jobstate import Accounting, Allocation, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
@@ -82,6 +82,13 @@ class Backend(ABC):
     def accounting(self, run: Run) -> Accounting | None:
         """What this backend's accounting recorded of the job (state, exit code, elapsed time,
         each step's memory and CPU time); None where it keeps no such record."""
+        return None
+
+    def allocations(self, run: Run) -> tuple[Allocation, ...] | None:
+        """What this backend's accounting recorded of the job's allocations (when submitted,
+        started and ended, nodes and GPUs: each attempt, each task of an array), which
+        ``report`` prices; None where it keeps no such record (then the run folder alone
+        answers: :mod:`clustertrain.runs.cost`)."""
         return None
 
     def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:

@@ -42,7 +42,7 @@ def status(job: str, as_json: bool, runs_dir: str | None) -> None:
     if runs.tasks(run):
         _sweep_status(attached)
         return
-    report = attached.status(_warn)  # what became of it, and why (clustertrain.runs.report)
+    report = attached.status(warn)  # what became of it, and why (clustertrain.runs.report)
     state = report.state
     click.echo(f"job {run.job_id} ({printable(run.name)}): {state.state}")
     click.echo(
@@ -61,13 +61,13 @@ def _sweep_status(job: Job) -> None:
     from clustertrain.runs import results
 
     run = job.run
-    report = job.status(_warn)
+    report = job.status(warn)
     state = report.state
     click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
     click.echo(f"  run folder: {run.path}")
     for line in report.source_lines():
         click.echo(f"  {line}")
-    for row in sorted(results.rows(run, state, _warn), key=lambda r: r.task):
+    for row in sorted(results.rows(run, state, warn), key=lambda r: r.task):
         said = f", {row.metric} {row.value:.6g}" if row.value is not None else ""
         params = printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
         click.echo(f"  task {row.task} ({params}): {row.state}{said}")
@@ -97,7 +97,7 @@ def plot(job: str, output: str | None, runs_dir: str | None) -> None:
     out = Path(output) if output else run.path / "plot.png"
     if out.suffix.lower() != ".png":
         raise UserError(f"output: {str(out)!r} is not a .png file; name one like job.png")
-    click.echo(f"wrote {drawing.draw(run, out, _warn)}")
+    click.echo(f"wrote {drawing.draw(run, out, warn)}")
 
 
 @click.command(
@@ -117,7 +117,7 @@ def results(job: str, as_json: bool, runs_dir: str | None) -> None:
     relayed(attached, "results", *(["--json"] if as_json else []))
     if not runs.tasks(attached.run):
         raise UserError(f"JOB: {attached.job_id} is not a sweep; see `clustertrain status`")
-    found = table.rows(attached.run, attached.job_state(), _warn)
+    found = table.rows(attached.run, attached.job_state(), warn)
     click.echo(table.as_json(found) if as_json else table.text(found))
 
 
@@ -133,17 +133,17 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
     from clustertrain.runs import folderstate, timeline
 
     asker, marked = folderstate.Asker(), False
-    for run in runs.all_runs(runs.runs_root(runs_dir), _warn)[:limit]:
+    for run in runs.all_runs(runs.runs_root(runs_dir), warn)[:limit]:
         backend = Job(run).backend
         host = backend.host()
         if host is None:
             state = asker.ask(run, backend.name, functools.partial(backend.state, run)).state
         else:  # a login node's: one ssh each; `status` asks it
-            state = folderstate.folder_state(run, _warn)
+            state = folderstate.folder_state(run, warn)
         mark = "*" if state.source == RUN_FOLDER else ""
         marked = marked or bool(mark)
         sweep = len(runs.tasks(run))
-        headline = None if sweep else timeline.headline(run.events(_warn), run.metric)
+        headline = None if sweep else timeline.headline(run.events(warn), run.metric)
         click.echo(
             f"{run.job_id:>8}  {printable(run.submitted_at)}  {printable(run.name):<16} "
             f"{run.nodes}x{run.world_size // max(run.nodes, 1)} {run.launcher:<10} "
@@ -159,7 +159,7 @@ def list_jobs(limit: int, runs_dir: str | None) -> None:
         say("the states marked * are the run folders' (`status JOB` asks a login node)")
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     click.echo(f"clustertrain: warning: {printable(message)}", err=True)
 
 
