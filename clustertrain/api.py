@@ -400,7 +400,7 @@ class Job:
         if found is None and self.backend.name == "local":
             return None, "no accounting: a local run"
         if found is None:
-            return None, "no accounting: sacct answered nothing (no slurmdbd?)"
+            return None, "no accounting: sacct answered nothing, no slurmdbd?"
         return found, ""
 
     def __repr__(self) -> str:

@@ -67,6 +67,8 @@ class Cost:
     badput: tuple[tuple[str, float], ...] = ()  # BUCKETS and OTHER, seconds
     missing: tuple[str, ...] = ()
     parts: tuple[Cost, ...] = ()
+    # Why accounting did not answer, where it did not ("no accounting: a local run").
+    no_accounting: str = ""
 
     def row(self) -> dict[str, str | int | float | None]:
         """Its :data:`COLUMNS` (``missing`` joined with ``; ``), for a CSV or JSON row."""
@@ -103,7 +105,7 @@ def cost(
             f"{_hours(folder.folder_process_hours)} process-hours ({run.world_size} "
             f"process(es), a GPU each on a GPU job)",
         )
-        return _with_goodput(replace(folder, missing=missing), spent)
+        return _with_goodput(replace(folder, missing=missing, no_accounting=no_accounting), spent)
     return _with_goodput(_from_accounting(folder, mine, spent), spent)
 
 
@@ -138,7 +140,7 @@ def _from_accounting(folder: Cost, mine: tuple[Allocation, ...], spent: Goodput)
     if wall is None:
         missing.append(_unreadable("wall time", first, ("Start", "End"), duration(spent.wall_s)))
     elapsed = [a.elapsed_s for a in mine]
-    allocated = sum(e for e in elapsed if e is not None) if None not in elapsed else None
+    allocated = float(sum(e or 0 for e in elapsed)) if None not in elapsed else None
     node_hours = _hours_of(mine, "nodes")
     gpu_hours = _hours_of(mine, "gpus")
     if node_hours is None:
@@ -237,7 +239,9 @@ def total(job_id: str, name: str, parts: Sequence[Cost], submitted_at: str = "")
         if known and len(known) < len(parts):
             missing.append(f"{said}: known for {len(known)} of {len(parts)} (the total sums those)")
         elif parts and not known:
-            missing.append(f"{said}: not known for any of the {_jobs(len(parts))}")
+            why = "; ".join(sorted({p.no_accounting for p in parts if p.no_accounting})[:2])
+            missing.append(f"{said}: not known for any of the {_jobs(len(parts))}"
+                           + (f" ({why})" if why else ""))  # fmt: skip
     timed = [p for p in parts if p.goodput is not None]
     wall = sum(p.productive_s + sum(s for _, s in p.badput) for p in timed)
     badput = {b: sum(dict(p.badput).get(b, 0.0) for p in timed) for b in (*BUCKETS, OTHER)}

@@ -87,7 +87,7 @@ def goodput(found: list[Event]) -> Goodput:
     first = runs[0].number if runs else None
     waits = timeline.waits(found, runs)
     queue_wait = next((p.seconds for n, p in waits if n == first), None)
-    spent["requeue wait"] = sum(p.seconds for n, p in waits if n != first)
+    spent["requeue wait"] = float(sum(p.seconds for n, p in waits if n != first))
     return Goodput(
         productive_s=productive,
         badput=tuple(spent.items()),
