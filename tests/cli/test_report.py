@@ -81,7 +81,9 @@ def test_a_local_runs_cost_is_its_run_folders_with_what_is_missing_said(
     code, out, err = report(env, "local-4242")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "job local-4242 (mnist): COMPLETED, 2 attempts, 0 restarts (figures from run folder)"
+    assert lines[0] == (
+        "job local-4242 (mnist): COMPLETED, 2 attempts, 0 restarts (figures from run folder)"
+    )
     assert "  queue wait   2s" in lines
     assert "  wall time    27s (first start to last end; 20s allocated)" in lines
     assert any(line.startswith("  goodput      ") for line in lines), out

@@ -4,6 +4,9 @@ the total."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import pytest
 
 from clustertrain.rank.events import Event
@@ -12,13 +15,16 @@ from clustertrain.runs.goodput import BUCKETS, goodput
 T0 = 1_000_000_000.0
 
 
-def made(rows: list[tuple[float, str, int, dict[str, object]]]) -> list[Event]:
+Rows = Sequence[tuple[float, str, int, Mapping[str, Any]]]
+
+
+def made(rows: Rows) -> list[Event]:
     return [Event(T0 + at, name, attempt, dict(values)) for at, name, attempt, values in rows]
 
 
 # A job whose step hung once (restarted inside the allocation from its checkpoint) and that
 # was then requeued once: the supervisor's, the watchdog's and the script's events.
-HUNG_THEN_REQUEUED = [
+HUNG_THEN_REQUEUED: Rows = [
     (0.0, "queued", 0, {}),
     (2.0, "started", 0, {"nodes": "node[1-2]"}),
     (3.0, "node_check", 0, {}),
@@ -63,7 +69,7 @@ def test_every_second_of_a_hung_then_requeued_job_is_in_one_bucket() -> None:
 
 
 def test_a_clean_job_is_start_up_then_training() -> None:
-    rows = [
+    rows: Rows = [
         (0.0, "queued", 0, {}),
         (5.0, "started", 0, {}),
         (6.0, "node_check", 0, {}),
@@ -77,7 +83,7 @@ def test_a_clean_job_is_start_up_then_training() -> None:
 
 
 def test_a_killed_attempt_loses_what_followed_its_last_checkpoint() -> None:
-    rows = [
+    rows: Rows = [
         (0.0, "started", 0, {}),
         (1.0, "step", 0, {}),
         (4.0, "checkpoint", 0, {"seconds": 1.0}),
@@ -97,7 +103,7 @@ def test_a_killed_attempt_loses_what_followed_its_last_checkpoint() -> None:
     ],
 )
 def test_forged_seconds_bend_a_bucket_never_the_total(forged: dict[str, object]) -> None:
-    rows = [
+    rows: Rows = [
         (0.0, "started", 0, {}),
         (1.0, "data_ready", 0, {}),
         (2.0, "step", 0, {}),
@@ -115,7 +121,7 @@ def test_forged_seconds_bend_a_bucket_never_the_total(forged: dict[str, object])
 
 
 def test_attempts_whose_numbers_lie_about_their_order_give_no_negative_time() -> None:
-    rows = [
+    rows: Rows = [
         (0.0, "started", 1, {}),
         (1.0, "step", 1, {}),
         (2.0, "started", 0, {}),
