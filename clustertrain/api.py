@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from clustertrain.backends.base import Backend
     from clustertrain.backends.remote import RemoteBackend
     from clustertrain.backends.slurm import Slurm
-    from clustertrain.jobstate import Accounting, Allocation, JobState
+    from clustertrain.jobstate import Accounting, JobState
     from clustertrain.runs.cost import Cost
     from clustertrain.runs.folderstate import Answer
     from clustertrain.runs.report import Report
@@ -376,32 +376,13 @@ class Job:
     def cost(self, warn: Callable[[str], None] | None = None, now: float | None = None) -> Cost:
         """What the job cost and its goodput: queue wait, wall time, node- and GPU-hours
         (accounting's where kept, else its run folder's, with what is missing said) and the
-        badput buckets (see :mod:`clustertrain.runs.cost`). A sweep's is the total of its
-        tasks', each in ``parts``; ``warn`` hears of what in a run folder could not be read."""
+        badput buckets (see :mod:`clustertrain.runs.cost`); a sweep's, the total of its tasks'
+        (``parts``). ``warn`` hears of what in a run folder could not be read."""
         from clustertrain.runs import cost  # lazy: start-up time
 
         self.backend.sync(self.run)
-        now = time.time() if now is None else now
-        allocations, why = self._allocations()
-        tasks = runs.tasks(self.run)
-        if not tasks:
-            return cost.cost(self.run, self.run.events(warn), allocations, now, why)
-        parts = [cost.cost(t, t.events(warn), allocations, now, why) for t in tasks]
-        return cost.total(self.job_id, self.run.name, parts, self.run.submitted_at)
-
-    def _allocations(self) -> tuple[tuple[Allocation, ...] | None, str]:
-        """What accounting kept of the job's allocations, or None and why not."""
-        if self.backend.host() is not None:
-            return None, "no accounting asked: a login node's job"
-        try:
-            found = self.backend.allocations(self.run)
-        except UserError as exc:  # Slurm not reachable: the run folder still answers
-            return None, f"no accounting: {str(exc)[:160]}"
-        if found is None and self.backend.name == "local":
-            return None, "no accounting: a local run"
-        if found is None:
-            return None, "no accounting: sacct answered nothing, no slurmdbd?"
-        return found, ""
+        allocations, why = self.backend.priced(self.run)
+        return cost.of_run(self.run, allocations, time.time() if now is None else now, why, warn)
 
     def __repr__(self) -> str:
         return f"Job({self.job_id!r}, run_dir={str(self.run_dir)!r})"

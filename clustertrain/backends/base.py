@@ -33,6 +33,8 @@ class Backend(ABC):
     # Whether this side prepares the job and writes its run folder before ``submit``; a
     # backend whose jobs another clustertrain queues (a login node's) says False.
     queues_here: ClassVar[bool] = True
+    # Why ``report`` has no accounting's figures for its jobs, where :meth:`allocations` has none.
+    no_accounting: ClassVar[str] = "no accounting"
 
     @classmethod
     def for_run(cls, run: Run) -> Backend:
@@ -90,6 +92,14 @@ class Backend(ABC):
         ``report`` prices; None where it keeps no such record (then the run folder alone
         answers: :mod:`clustertrain.runs.cost`)."""
         return None
+
+    def priced(self, run: Run) -> tuple[tuple[Allocation, ...] | None, str]:
+        """:meth:`allocations`, or None and why not, in words ``report`` prints."""
+        try:
+            found = self.allocations(run)
+        except UserError as exc:  # the scheduler not reachable: the run folder still answers
+            return None, f"no accounting: {str(exc)[:160]}"
+        return (found, "") if found is not None else (None, self.no_accounting)
 
     def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
         """The command line that runs ``argv`` inside the running job's allocation, once on each

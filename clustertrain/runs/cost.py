@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -24,6 +24,7 @@ from clustertrain.jobstate import RUN_FOLDER, SACCT, Allocation
 from clustertrain.rank.events import Event
 from clustertrain.runs import folderstate
 from clustertrain.runs.folder import Run
+from clustertrain.runs.folder import tasks as sweep_tasks
 from clustertrain.runs.goodput import BUCKETS, Goodput, goodput
 from clustertrain.runs.timeline import duration
 
@@ -107,6 +108,22 @@ def cost(
         )
         return _with_goodput(replace(folder, missing=missing, no_accounting=no_accounting), spent)
     return _with_goodput(_from_accounting(folder, mine, spent), spent)
+
+
+def of_run(
+    run: Run,
+    allocations: tuple[Allocation, ...] | None,
+    now: float,
+    no_accounting: str,
+    warn: Callable[[str], None] | None = None,
+) -> Cost:
+    """:func:`cost` of ``run`` from its events, or for a sweep the :func:`total` of its tasks'
+    (an array's allocations are its tasks')."""
+    tasks = sweep_tasks(run)
+    if not tasks:
+        return cost(run, run.events(warn), allocations, now, no_accounting)
+    parts = [cost(t, t.events(warn), allocations, now, no_accounting) for t in tasks]
+    return total(run.job_id, run.name, parts, run.submitted_at)
 
 
 def _from_folder(run: Run, spent: Goodput, found: list[Event], now: float) -> Cost:

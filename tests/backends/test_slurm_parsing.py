@@ -306,3 +306,27 @@ def test_allocations_ask_sacct_for_every_attempt_and_none_without_accounting() -
     assert Slurm(disabled).allocations("42") is None
     with pytest.raises(UserError):
         Slurm(FakeRunner({})).allocations("42; rm -rf /")
+
+
+def test_report_hears_why_a_backend_has_no_allocations(tmp_path: Path) -> None:
+    from clustertrain.backends.local import LocalBackend
+    from clustertrain.backends.slurm import SlurmBackend
+    from clustertrain.runs import Run
+
+    def run(job_id: str) -> Run:
+        return Run(tmp_path, job_id, "mnist", "2026-12-07T20:00:00+00:00", 1, 1, "torchrun")
+
+    def gone(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        raise SlurmUnreachable("sacct: not found; run clustertrain where Slurm's commands are")
+
+    disabled = FakeRunner({"sacct": (1, "", "Slurm accounting storage is disabled")})
+    assert SlurmBackend(Slurm(disabled)).priced(run("42")) == (
+        None, "no accounting: sacct answered nothing, no slurmdbd?",
+    )  # fmt: skip
+    assert SlurmBackend(Slurm(gone)).priced(run("42")) == (
+        None, "no accounting: sacct: not found; run clustertrain where Slurm's commands are",
+    )  # fmt: skip
+    kept = FakeRunner({"sacct": (0, SACCT_ALLOCATIONS, "")})
+    found, why = SlurmBackend(Slurm(kept)).priced(run("42"))
+    assert found is not None and len(found) == 2 and why == ""
+    assert LocalBackend().priced(run("local-7")) == (None, "no accounting: a local run")

@@ -21,6 +21,7 @@ class SlurmBackend(Backend):
     name = "slurm"
     job_ids = JOB_IDS[name]
     accepted = "queued"
+    no_accounting = "no accounting: sacct answered nothing, no slurmdbd?"
 
     @staticmethod
     def cancel_command(job_id: str) -> str:
