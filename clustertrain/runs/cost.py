@@ -98,7 +98,7 @@ def cost(
         no_accounting = "accounting has no record of it yet"
     folder = _from_folder(run, spent, found, now)
     if not mine:
-        missing = (
+        missing: tuple[str, ...] = (
             f"node-hours: not known ({no_accounting}); from the run folder: "
             f"{_hours(folder.folder_node_hours)} ({run.nodes} node(s) x "
             f"{duration(spent.allocated_s)} in its attempts)",
@@ -106,6 +106,8 @@ def cost(
             f"{_hours(folder.folder_process_hours)} process-hours ({run.world_size} "
             f"process(es), a GPU each on a GPU job)",
         )
+        if spent.queue_wait_s is None:
+            missing += (f"queue wait: not known ({no_accounting}; no queued and started events)",)
         return _with_goodput(replace(folder, missing=missing, no_accounting=no_accounting), spent)
     return _with_goodput(_from_accounting(folder, mine, spent), spent)
 

@@ -95,8 +95,11 @@ def test_a_job_still_running_ends_for_now_at_its_elapsed_time() -> None:
 
 
 def test_no_events_is_no_goodput_said_in_a_line() -> None:
-    found = cost(run(), [], None, NOW)
+    found = cost(run(), [], None, NOW, "no accounting: a local run")
     assert found.goodput is None and found.attempts == 0
+    assert "queue wait: not known (no accounting: a local run; no queued and started events)" in (
+        found.missing
+    )
     assert found.missing[-1] == "goodput: not known (no attempt in the run folder's events)"
     assert cost_text.lines(found)[0].startswith("job 42 (mnist): UNKNOWN, 0 attempts")
 
