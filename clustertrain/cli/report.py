@@ -45,6 +45,8 @@ def report(job: str | None, since: str | None, form: str, runs_dir: str | None) 
         click.echo(cost_text.as_csv(costs), nl=False)
     elif form == "json":
         click.echo(cost_text.as_json(costs))
+    elif since is not None and not found:
+        click.echo(f"no jobs submitted in the last {since}")
     elif since is not None:
         click.echo("\n".join(cost_text.table(whole, f"jobs submitted in the last {since}")))
     elif whole.parts:

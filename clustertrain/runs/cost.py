@@ -270,7 +270,7 @@ def total(job_id: str, name: str, parts: Sequence[Cost], submitted_at: str = "")
         name=name,
         submitted_at=submitted_at,
         state=", ".join(f"{n} {s}" for s, n in Counter(p.state for p in parts).items()),
-        source=sources.pop() if len(sources) == 1 else "mixed",
+        source=sources.pop() if len(sources) == 1 else "mixed" if sources else "",
         attempts=sum(p.attempts for p in parts),
         restarts=sum(p.restarts for p in parts),
         goodput=sum(p.productive_s for p in timed) / wall if wall > 0 else None,

@@ -143,6 +143,8 @@ def test_since_totals_the_jobs_submitted_within_the_period(
     assert [line.split()[0] for line in lines[2:5]] == ["local-2", "local-1", "total"]
     code, out, _ = report(env, "--since", "90m", "--format", "json")
     assert [row["job_id"] for row in json.loads(out)] == ["local-1"]
+    assert report(env, "--since", "30m")[1] == "no jobs submitted in the last 30m\n"
+    assert report(env, "--since", "30m", "--format", "json")[1] == "[]\n"
 
 
 @pytest.mark.parametrize("period", ["7", "7x", "7 days", "-1d", "0h", "1.5d"])
