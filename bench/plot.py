@@ -21,7 +21,7 @@ from pathlib import Path
 
 from clustertrain import events, runs
 from clustertrain.render import render
-from clustertrain.runs import timeline
+from clustertrain.runs import goodput
 from clustertrain.spec import build_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def main() -> None:
             whole.append(time.perf_counter() - start)
             start = time.perf_counter()
             found = events.read(run.events_path)
-            timeline.goodput(timeline.attempts(found))
+            goodput.goodput(found)
             reading.append(time.perf_counter() - start)
         size = run.events_path.stat().st_size
     text = (

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from clustertrain.backends.remote import RemoteBackend
     from clustertrain.backends.slurm import Slurm
     from clustertrain.jobstate import Accounting, JobState
+    from clustertrain.runs.cost import Cost
     from clustertrain.runs.folderstate import Answer
     from clustertrain.runs.report import Report
     from clustertrain.runs.why import Cause
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Job",
     "backend_for",
+    "costs_since",
     "default_job_file",
     "forget_bad_nodes",
     "login_node",
@@ -375,5 +377,33 @@ class Job:
         """What the backend's accounting recorded of the job (Slurm: sacct), or None."""
         return self.backend.accounting(self.run)
 
+    def cost(self, warn: Callable[[str], None] | None = None, now: float | None = None) -> Cost:
+        """What the job cost and its goodput: queue wait, wall time, node- and GPU-hours
+        (accounting's where kept, else its run folder's, with what is missing said) and the
+        badput buckets (see :mod:`clustertrain.runs.cost`); a sweep's, the total of its tasks'
+        (``parts``). ``warn`` hears of what in a run folder could not be read."""
+        from clustertrain.runs import cost  # lazy: start-up time
+
+        self.backend.sync(self.run)
+        allocations, why = self.backend.priced(self.run)
+        return cost.of_run(self.run, allocations, time.time() if now is None else now, why, warn)
+
     def __repr__(self) -> str:
         return f"Job({self.job_id!r}, run_dir={str(self.run_dir)!r})"
+
+
+def costs_since(
+    period: str,
+    runs_dir: str | None = None,
+    warn: Callable[[str], None] | None = None,
+    now: float | None = None,
+) -> list[Cost]:
+    """Each job's :meth:`Job.cost` (a sweep's total, its tasks in ``parts``), for the jobs
+    under the runs root submitted within ``period`` (``7d``, ``12h``, ``30m``) before now,
+    oldest first."""
+    from clustertrain.runs import cost  # lazy: start-up time
+
+    now = time.time() if now is None else now
+    seconds = cost.period_s(period)
+    found = cost.since(runs.all_runs(runs.runs_root(runs_dir), warn), seconds, now)
+    return [Job(run).cost(warn, now) for run in found]

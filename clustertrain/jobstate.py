@@ -172,3 +172,23 @@ class Accounting:
             f"{self.elapsed_s} s"
         )
         return [head, *(f"  {step.line()}" for step in self.steps)]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One allocation of a job as accounting recorded it: a requeued job has one per attempt
+    (``sacct -X --duplicates``), an array one per task. A time is seconds since the epoch; None
+    where accounting has none yet (``Unknown``: not started, still running) or where what it
+    printed could not be read, which ``unreadable`` then names (sacct's field names)."""
+
+    job_id: str
+    state: str
+    submit: float | None = None
+    start: float | None = None
+    end: float | None = None
+    elapsed_s: int | None = None
+    nodes: int | None = None
+    # GPUs allocated: AllocTRES's gres/gpu, where the cluster accounts for them
+    # (AccountingStorageTRES=gres/gpu); None where AllocTRES names none.
+    gpus: int | None = None
+    unreadable: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from clustertrain import runs
 from clustertrain.errors import UserError
-from clustertrain.jobstate import Accounting, JobState
+from clustertrain.jobstate import Accounting, Allocation, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
@@ -33,6 +33,8 @@ class Backend(ABC):
     # Whether this side prepares the job and writes its run folder before ``submit``; a
     # backend whose jobs another clustertrain queues (a login node's) says False.
     queues_here: ClassVar[bool] = True
+    # Why ``report`` has no accounting's figures for its jobs, where :meth:`allocations` has none.
+    no_accounting: ClassVar[str] = "no accounting"
 
     @classmethod
     def for_run(cls, run: Run) -> Backend:
@@ -83,6 +85,21 @@ class Backend(ABC):
         """What this backend's accounting recorded of the job (state, exit code, elapsed time,
         each step's memory and CPU time); None where it keeps no such record."""
         return None
+
+    def allocations(self, run: Run) -> tuple[Allocation, ...] | None:
+        """What this backend's accounting recorded of the job's allocations (when submitted,
+        started and ended, nodes and GPUs: each attempt, each task of an array), which
+        ``report`` prices; None where it keeps no such record (then the run folder alone
+        answers: :mod:`clustertrain.runs.cost`)."""
+        return None
+
+    def priced(self, run: Run) -> tuple[tuple[Allocation, ...] | None, str]:
+        """:meth:`allocations`, or None and why not, in words ``report`` prints."""
+        try:
+            found = self.allocations(run)
+        except UserError as exc:  # the scheduler not reachable: the run folder still answers
+            return None, f"no accounting: {str(exc)[:160]}"
+        return (found, "") if found is not None else (None, self.no_accounting)
 
     def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
         """The command line that runs ``argv`` inside the running job's allocation, once on each

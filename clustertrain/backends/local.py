@@ -192,6 +192,7 @@ class LocalBackend(Backend):
     name = "local"
     job_ids = JOB_IDS[name]
     accepted = "started"
+    no_accounting = "no accounting: a local run"
 
     @staticmethod
     def cancel_command(job_id: str) -> str:

@@ -25,6 +25,7 @@ from clustertrain.cli.options import (
     spec_fields,
     spec_options,
 )
+from clustertrain.cli.report import report
 from clustertrain.errors import UserError
 from clustertrain.version import __version__
 
@@ -328,6 +329,7 @@ for command in (
     cli_runs.list_jobs,
     cli_runs.plot,
     cli_runs.results,
+    report,
     notebook_submit,
 ):
     cli.add_command(command)

@@ -21,7 +21,7 @@ import matplotlib
 
 from clustertrain.files import printable
 from clustertrain.rank import events
-from clustertrain.runs import Run, sweeps, tasks, timeline
+from clustertrain.runs import Run, goodput, sweeps, tasks, timeline
 from clustertrain.spec import sweep
 
 Warn = Callable[[str], None] | None
@@ -100,11 +100,11 @@ def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: 
         colour = COLOURS[attempt.number % len(COLOURS)]
         _curves(axes, attempt, origin, colour, f"attempt {attempt.number}")
     _lanes(fig.add_subplot(grid[-1, :]), found, runs, origin)
-    good = timeline.goodput(runs)
+    good = goodput.goodput(found).share
     share = f"goodput {100 * good:.0f} %" if good is not None else "no attempt recorded"
     return (
         f"job {run.job_id} ({printable(run.name)}): {len(runs)} attempt(s), {share} "
-        "(useful training time / allocated time)"
+        "(productive training / wall time, as `report` says)"
     )
 
 
@@ -115,7 +115,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn
     found = {view.job_id: view.events(warn) for view in views}
     origin = min((e.time for seen in found.values() for e in seen), default=0.0)
     lanes = fig.add_subplot(grid[-1, :])
-    every: list[timeline.Attempt] = []
+    spent = [goodput.goodput(seen) for seen in found.values()]
     seen: set[str] = set()
     for k, view in enumerate(views):
         number = view.task_number or 0
@@ -126,7 +126,6 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn
         for attempt in attempts:
             _curves(axes, attempt, origin, colour, label if attempt.number == 0 else None)
             phases += attempt.phases()
-        every += attempts
         for phase in phases:
             shown = phase.name not in seen
             seen.add(phase.name)
@@ -142,8 +141,8 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn
     lanes.set_xlim(left=0)
     if seen:
         lanes.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
-    good = timeline.goodput(every)
-    share = f", goodput {100 * good:.0f} %" if good is not None else ""
+    wall = sum(g.wall_s or 0.0 for g in spent)
+    share = f", goodput {100 * sum(g.productive_s for g in spent) / wall:.0f} %" if wall else ""
     return f"sweep {run.job_id} ({printable(run.name)}): {len(views)} tasks{share}"
 
 

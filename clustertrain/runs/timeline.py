@@ -3,9 +3,9 @@
 An attempt runs from ``started`` to ``ended`` or ``requeued`` (or its last event, when Slurm
 killed the batch shell first). Inside it: start-up (to the node check, then the script's
 milestones: ``runtime.milestone``), then training from the data ready or the first progress.
-Between attempts, and before the first, the job waits in the queue.
-Goodput is the useful training time over the allocated time: training that a later attempt had
-to redo (after the last checkpoint of an attempt that did not end cleanly) does not count.
+Between attempts, and before the first, the job waits in the queue. Training that a later
+attempt had to redo (after the last checkpoint of an attempt that did not end cleanly) is lost.
+Goodput and its badput buckets are built on these (:mod:`clustertrain.runs.goodput`).
 """
 
 from __future__ import annotations
@@ -70,20 +70,27 @@ class Attempt:
         bounds = [0, *cuts, len(self.events)]
         return [self.events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
+    def spans(self) -> list[tuple[tuple[Event, ...], float, bool]]:
+        """Each run of the step (:meth:`segments`) with when it ended (the next one's start, or
+        the attempt's end) and whether it ended cleanly (only the last can)."""
+        runs = self.segments()
+        return [
+            (segment, self.end if index == len(runs) - 1 else runs[index + 1][0].time,
+             index == len(runs) - 1 and self.clean)
+            for index, segment in enumerate(runs)
+        ]  # fmt: skip
+
     def phases(self) -> list[Phase]:
         """Per run of the step: start-up, training, and (when it did not end cleanly: a step
         that hung, an attempt that did not end well) the training lost after its last
         checkpoint."""
-        runs = self.segments()
-        phases = []
-        for index, segment in enumerate(runs):
-            last = index == len(runs) - 1
-            end = self.end if last else runs[index + 1][0].time
-            phases += _phases(segment, end, clean=last and self.clean)
+        phases = [p for span in self.spans() for p in segment_phases(*span)]
         return [p for p in phases if p.seconds > 0]
 
 
-def _phases(found: tuple[Event, ...], end: float, clean: bool) -> list[Phase]:
+def segment_phases(found: tuple[Event, ...], end: float, clean: bool) -> list[Phase]:
+    """One run of the step's start-up, training and (not ``clean``) training lost, to ``end``;
+    a phase may be empty."""
     ready = next((e.time for e in found if e.name in PROGRESS or e.name == READY), end)
     saved = [e.time for e in found if e.name == events.CHECKPOINT]
     # A run that did not end cleanly keeps only what its last checkpoint holds.
@@ -153,13 +160,6 @@ def waits(found: list[Event], runs: list[Attempt]) -> list[tuple[int, Phase]]:
         for end, attempt in zip(ends, runs, strict=True)
         if end is not None and attempt.start > end
     ]
-
-
-def goodput(runs: list[Attempt]) -> float | None:
-    """Useful training time over allocated time, over every attempt; None before any."""
-    allocated = sum(a.end - a.start for a in runs)
-    useful = sum(p.seconds for a in runs for p in a.phases() if p.name == "training")
-    return useful / allocated if allocated > 0 else None
 
 
 def series(found: list[Event], metric: str) -> list[Event]:

@@ -238,3 +238,95 @@ def test_a_jobs_accounting_is_its_own_row_and_its_steps() -> None:
     assert parse_accounting("44", SACCT_ACCOUNTING) is None  # no row of its own
     said = parse_accounting("42", "42|COMPLETED|0:0|x|$(id)K|later\n")
     assert said is not None and said.elapsed_s == 0 and said.steps == ()
+
+
+# sacct -j 42 -X -D -n -P -o JobID,State,Submit,Start,End,ElapsedRaw,AllocTRES, as Slurm
+# prints a job requeued once on a cluster that accounts for GPUs (AccountingStorageTRES=
+# gres/gpu): one row per allocation, the newest last; another job's row besides.
+SACCT_ALLOCATIONS = """\
+42|REQUEUED|2026-12-07T20:00:00|2026-12-07T20:00:12|2026-12-07T20:05:00|288|billing=4,cpu=4,gres/gpu=2,mem=8G,node=2
+42|COMPLETED|2026-12-07T20:05:01|2026-12-07T20:05:31|2026-12-07T20:10:31|300|billing=4,cpu=4,gres/gpu=2,mem=8G,node=2
+43|COMPLETED|2026-12-07T20:00:00|2026-12-07T20:00:01|2026-12-07T20:00:02|1|cpu=1,node=1
+"""
+
+
+def test_a_jobs_allocations_are_its_attempts_with_nodes_and_gpus() -> None:
+    from datetime import datetime
+
+    from clustertrain.backends.slurm import parse_allocations
+
+    found = parse_allocations("42", SACCT_ALLOCATIONS)
+    assert [(a.state, a.elapsed_s, a.nodes, a.gpus) for a in found] == [
+        ("REQUEUED", 288, 2, 2),
+        ("COMPLETED", 300, 2, 2),
+    ]
+    # Local time, as sacct prints it: the span is the same in any time zone.
+    first = found[0]
+    assert first.start is not None and first.submit is not None
+    assert first.start - first.submit == 12.0
+    assert first.submit == datetime(2026, 12, 7, 20, 0, 0).timestamp()
+    assert all(a.unreadable == () for a in found)
+    assert [a.gpus for a in parse_allocations("43", SACCT_ALLOCATIONS)] == [None]  # none named
+
+
+def test_an_arrays_allocations_are_its_tasks_not_its_pending_rest() -> None:
+    from clustertrain.backends.slurm import parse_allocations
+
+    text = (
+        "50_0|COMPLETED|2026-12-07T20:00:00|2026-12-07T20:00:01|2026-12-07T20:01:01|60|node=1,gres/gpu:a100=1\n"
+        "50_1|RUNNING|2026-12-07T20:00:00|2026-12-07T20:00:02|Unknown|30|node=1,gres/gpu:a100=1\n"
+        "50_[2-5]|PENDING|2026-12-07T20:00:00|Unknown|Unknown|0|\n"
+        "500_1|COMPLETED|2026-12-07T20:00:00|2026-12-07T20:00:02|2026-12-07T20:00:03|1|node=1\n"
+    )
+    found = parse_allocations("50", text)
+    assert [(a.job_id, a.gpus, a.end is None) for a in found] == [
+        ("50_0", 1, False),
+        ("50_1", 1, True),  # still running: no end yet, and nothing unreadable
+    ]
+    assert all(a.unreadable == () for a in found)
+
+
+def test_what_sacct_printed_that_is_no_value_is_unreadable() -> None:
+    from clustertrain.backends.slurm import parse_allocations
+
+    text = "7|$(id)|yesterday|2026-12-07T20:00:01|\x1b[2J|-5|node=two,gres/gpu=\n7|x|y\n"
+    (found,) = parse_allocations("7", text)
+    assert found.state == "UNKNOWN"
+    assert (found.submit, found.end, found.elapsed_s, found.nodes, found.gpus) == (None,) * 5
+    assert set(found.unreadable) == {"Submit", "End", "ElapsedRaw", "AllocTRES"}
+    assert parse_allocations("7", "7|COMPLETED|a|b|c|1|garbage\n")[0].unreadable[-1] == "AllocTRES"
+
+
+def test_allocations_ask_sacct_for_every_attempt_and_none_without_accounting() -> None:
+    runner = FakeRunner({"sacct -j 42 -X --duplicates": (0, SACCT_ALLOCATIONS, "")})
+    found = Slurm(runner).allocations("42")
+    assert found is not None and len(found) == 2
+    assert runner.calls[-1][-1] == "JobID,State,Submit,Start,End,ElapsedRaw,AllocTRES"
+    disabled = FakeRunner({"sacct": (1, "", "Slurm accounting storage is disabled")})
+    assert Slurm(disabled).allocations("42") is None
+    with pytest.raises(UserError):
+        Slurm(FakeRunner({})).allocations("42; rm -rf /")
+
+
+def test_report_hears_why_a_backend_has_no_allocations(tmp_path: Path) -> None:
+    from clustertrain.backends.local import LocalBackend
+    from clustertrain.backends.slurm import SlurmBackend
+    from clustertrain.runs import Run
+
+    def run(job_id: str) -> Run:
+        return Run(tmp_path, job_id, "mnist", "2026-12-07T20:00:00+00:00", 1, 1, "torchrun")
+
+    def gone(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        raise SlurmUnreachable("sacct: not found; run clustertrain where Slurm's commands are")
+
+    disabled = FakeRunner({"sacct": (1, "", "Slurm accounting storage is disabled")})
+    assert SlurmBackend(Slurm(disabled)).priced(run("42")) == (
+        None, "no accounting: sacct answered nothing, no slurmdbd?",
+    )  # fmt: skip
+    assert SlurmBackend(Slurm(gone)).priced(run("42")) == (
+        None, "no accounting: sacct: not found; run clustertrain where Slurm's commands are",
+    )  # fmt: skip
+    kept = FakeRunner({"sacct": (0, SACCT_ALLOCATIONS, "")})
+    found, why = SlurmBackend(Slurm(kept)).priced(run("42"))
+    assert found is not None and len(found) == 2 and why == ""
+    assert LocalBackend().priced(run("local-7")) == (None, "no accounting: a local run")

@@ -394,7 +394,7 @@ def test_slurm_job_signalled_twice_requeues_and_matches_an_uninterrupted_one(
 def _assert_the_timeline_of_a_job_preempted_twice(run_dir: Path) -> None:
     """What `plot` and `status` draw from: the events the batch script and rank 0 wrote."""
     from clustertrain import events
-    from clustertrain.runs import timeline
+    from clustertrain.runs import goodput, timeline
 
     found = events.read(run_dir / "events.jsonl")
     assert found[0].name == "queued"
@@ -410,5 +410,5 @@ def _assert_the_timeline_of_a_job_preempted_twice(run_dir: Path) -> None:
     epochs = [e.values["epoch"] for e in found if e.name == "epoch"]
     assert epochs == [1, 2, 3]
     assert [w[0] for w in timeline.waits(found, attempts)] == [0, 1, 2]
-    good = timeline.goodput(attempts)
+    good = goodput.goodput(found).share
     assert good is not None and 0 < good < 1

@@ -13,7 +13,7 @@ import pytest
 
 from clustertrain import events, runs
 from clustertrain.render import render
-from clustertrain.runs import timeline
+from clustertrain.runs import goodput, timeline
 from tests.conftest import job_spec, run_cli
 
 PREEMPTED_ONCE = [
@@ -67,8 +67,9 @@ def test_a_job_preempted_once_is_two_attempts_with_their_phases_in_order(tmp_pat
     ]
     waits = [(n, p.start - 1e9, p.end - 1e9) for n, p in timeline.waits(found, attempts)]
     assert waits == [(0, 0.0, 2.0), (1, 13.0, 20.0)]
-    # Useful training over allocated: (6 + 5) s of (11 + 9) s.
-    assert timeline.goodput(attempts) == (6.0 + 5.0) / (11.0 + 9.0)
+    # Goodput: productive training over the wall time, (6 - 0.2 saving) + (5 - 2 restoring -
+    # 0.1 saving) s of the 27 s from the first start to the last end.
+    assert goodput.goodput(found).share == pytest.approx(8.7 / 27)
 
 
 def test_training_after_the_last_checkpoint_of_a_killed_attempt_is_lost(tmp_path: Path) -> None:
@@ -82,10 +83,10 @@ def test_training_after_the_last_checkpoint_of_a_killed_attempt_is_lost(tmp_path
         ("lost", 15.0),
     ]
     # Killed before its first checkpoint: all of its training is lost.
-    early = [row for row in killed if row[1] != "checkpoint"]
-    attempt = timeline.attempts(_read(tmp_path / "early", early))[0]
+    early = _read(tmp_path / "early", [row for row in killed if row[1] != "checkpoint"])
+    attempt = timeline.attempts(early)[0]
     assert [(p.name, p.end - 1e9) for p in attempt.phases()] == [("start-up", 7.0), ("lost", 15.0)]
-    assert timeline.goodput([attempt]) == 0.0
+    assert goodput.goodput(early).share == 0.0
 
 
 def test_progress_says_where_the_newest_attempt_is_and_how_long_is_left(tmp_path: Path) -> None:
@@ -141,7 +142,7 @@ def test_a_step_restarted_after_a_hang_loses_only_what_followed_its_last_checkpo
         restart.line()
         == "step restarted in attempt 0 after a hang: training again 21 s after the fault"
     )
-    assert timeline.goodput([attempt]) == pytest.approx(20 / 50)
+    assert goodput.goodput(seen).share == pytest.approx(20 / 50)
 
 
 def test_a_step_restarted_on_a_spare_names_the_lost_node_and_counts_from_its_last_beacon() -> None:
@@ -166,14 +167,14 @@ def test_an_event_outside_the_jobs_own_time_is_left_out_with_one_warning(tmp_pat
     runs.write_run_files(job)
     run = runs.record_submission(job, "9", "slurm")
     _write(run.events_path, PREEMPTED_ONCE[1:], t0=events.read(run.events_path)[0].time)
-    honest = timeline.goodput(timeline.attempts(run.events()))
+    honest = goodput.goodput(run.events()).share
     with open(run.events_path, "a") as handle:
         handle.write('{"time": 1e308, "event": "step", "attempt": 1, "step": 9}\n')
         handle.write('{"time": 5, "event": "step", "attempt": 1, "step": 9}\n')
         now = json.dumps(time.time())
         handle.write(f'{{"time": {now}, "event": "step", "attempt": 1, "loss": 1e999}}\n')
     said: list[str] = []
-    assert timeline.goodput(timeline.attempts(run.events(said.append))) == honest
+    assert goodput.goodput(run.events(said.append)).share == honest
     assert len(said) == 1 and "3 line(s) left out" in said[0]
     assert max(e.time for e in events.read(run.events_path)) == 1e308  # the raw reader keeps it
     done = run_cli("plot", "9", "-o", str(tmp_path / "job9.png"), "--runs-dir", str(tmp_path))

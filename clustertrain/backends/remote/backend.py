@@ -40,6 +40,7 @@ class RemoteBackend(Backend):
     job_ids = JOB_IDS["ssh"]
     accepted = "queued"
     queues_here = False
+    no_accounting = "no accounting asked: a login node's job"
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from .commands import Slurm, SlurmUnreachable, checked_job_id, slurm_environ
 from .parse import (
     lacks_configuration,
     parse_accounting,
+    parse_allocations,
     parse_nodes,
     parse_partitions,
     parse_sacct,
@@ -28,6 +29,7 @@ __all__ = [
     "checked_job_id",
     "lacks_configuration",
     "parse_accounting",
+    "parse_allocations",
     "parse_nodes",
     "parse_partitions",
     "parse_sacct",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clustertrain.backends.base import Backend
-from clustertrain.jobstate import JOB_IDS, Accounting, JobState
+from clustertrain.jobstate import JOB_IDS, Accounting, Allocation, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
@@ -21,6 +21,7 @@ class SlurmBackend(Backend):
     name = "slurm"
     job_ids = JOB_IDS[name]
     accepted = "queued"
+    no_accounting = "no accounting: sacct answered nothing, no slurmdbd?"
 
     @staticmethod
     def cancel_command(job_id: str) -> str:
@@ -55,6 +56,9 @@ class SlurmBackend(Backend):
 
     def accounting(self, run: Run) -> Accounting | None:
         return self.slurm.accounting(run.job_id)
+
+    def allocations(self, run: Run) -> tuple[Allocation, ...] | None:
+        return self.slurm.allocations(run.job_id)
 
     def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
         """``srun`` into the job's allocation beside its steps (``--overlap``), one task on

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clustertrain.errors import SchedulerUnreachable, UserError
-from clustertrain.jobstate import JOB_ID, Accounting, JobState
+from clustertrain.jobstate import JOB_ID, Accounting, Allocation, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.render.container import APPTAINER
 from clustertrain.spec.fields import CONTAINER_RUNTIMES
@@ -27,7 +27,9 @@ from clustertrain.spec.fields import CONTAINER_RUNTIMES
 from .cluster_info import ClusterInfo
 from .parse import (
     ACCOUNTING_FIELDS,
+    ALLOCATION_FIELDS,
     parse_accounting,
+    parse_allocations,
     parse_nodes,
     parse_partitions,
     parse_sacct,
@@ -250,6 +252,16 @@ class Slurm:
             "sacct", "-j", checked_job_id(job_id), "-n", "-P", "-o", ACCOUNTING_FIELDS
         )  # fmt: skip
         return parse_accounting(job_id, done.stdout) if done.returncode == 0 else None
+
+    def allocations(self, job_id: str) -> tuple[Allocation, ...] | None:
+        """What slurmdbd recorded of the job's allocations: each attempt of a requeued job
+        (``--duplicates``: without it sacct shows the newest alone), each task of an array;
+        None without accounting."""
+        done = self._call(
+            "sacct", "-j", checked_job_id(job_id), "-X", "--duplicates", "-n", "-P",
+            "-o", ALLOCATION_FIELDS,
+        )  # fmt: skip
+        return parse_allocations(job_id, done.stdout) if done.returncode == 0 else None
 
     def accounting_works(self) -> bool:
         return self._call("sacct", "--noheader", "-X", "--starttime", "now").returncode == 0

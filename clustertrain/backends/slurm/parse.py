@@ -6,8 +6,16 @@ The calls are beside, in ``commands.py``; a test feeds these recorded output.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
-from clustertrain.jobstate import SACCT, TERMINAL_STATES, Accounting, JobState, StepUsage
+from clustertrain.jobstate import (
+    SACCT,
+    TERMINAL_STATES,
+    Accounting,
+    Allocation,
+    JobState,
+    StepUsage,
+)
 from clustertrain.spec.fields import time_seconds
 
 from .cluster_info import Node, Partition, gpu_count
@@ -207,3 +215,73 @@ def _cpu_seconds(text: str) -> float | None:
     days, hours, minutes, seconds, fraction = found.groups()
     whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
     return whole + (float(f"0.{fraction}") if fraction else 0.0)
+
+
+# sacct's fields for a job's allocations, in this order (``sacct -X -D -P -n -o ...``): one row
+# per allocation, every attempt of a requeued job (--duplicates) and every task of an array.
+ALLOCATION_FIELDS = "JobID,State,Submit,Start,End,ElapsedRaw,AllocTRES"
+# What sacct prints for a time it does not have (not started, still running).
+_NO_TIME = ("Unknown", "None", "")
+_COUNT = re.compile(r"[0-9]{1,9}")
+
+
+def parse_allocations(job_id: str, text: str) -> tuple[Allocation, ...]:
+    """Parse ``sacct -X -D -n -P -o JobID,State,Submit,Start,End,ElapsedRaw,AllocTRES`` for
+    ``job_id``: its allocations in order of their start (an array's: each task's, ``N_M``). A
+    value that is not what sacct writes is None, and named in ``unreadable``."""
+    found = []
+    for line in text.splitlines():
+        row = line.split("|")
+        if len(row) != 7 or not (row[0] == job_id or _task_of(row[0], job_id)):
+            continue
+        unreadable: list[str] = []
+        times = zip(row[2:5], ("Submit", "Start", "End"), strict=True)
+        submit, start, end = (_when(value, name, unreadable) for value, name in times)
+        elapsed = int(row[5]) if _COUNT.fullmatch(row[5]) else None
+        if elapsed is None and row[5] not in _NO_TIME:
+            unreadable.append("ElapsedRaw")
+        nodes, gpus = _tres(row[6], unreadable)
+        state = row[1].split(" ")[0]
+        state = state if re.fullmatch(r"[A-Z_]{1,32}\+?", state) else "UNKNOWN"
+        found.append(
+            Allocation(row[0], state, submit, start, end, elapsed, nodes, gpus, tuple(unreadable))
+        )
+    return tuple(sorted(found, key=lambda a: a.start or a.submit or 0.0))
+
+
+def _task_of(text: str, job_id: str) -> bool:
+    """Whether sacct's ``text`` is a task of the array ``job_id`` (``42_3``; a pending
+    ``42_[4-7]`` is not yet an allocation)."""
+    array, sep, number = text.partition("_")
+    return bool(sep) and array == job_id and _COUNT.fullmatch(number) is not None
+
+
+def _when(text: str, name: str, unreadable: list[str]) -> float | None:
+    """sacct's time (``2026-12-07T21:06:19``, this host's local time) as seconds since the
+    epoch; None for none yet, or for what is no time (then ``name`` is unreadable)."""
+    if text in _NO_TIME:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        unreadable.append(name)
+        return None
+
+
+def _tres(text: str, unreadable: list[str]) -> tuple[int | None, int | None]:
+    """AllocTRES (``billing=2,cpu=2,gres/gpu=2,mem=4G,node=2``): its nodes and GPUs. GPUs are
+    None where it names none (the cluster's AccountingStorageTRES lacks gres/gpu, or none were
+    allocated); typed ones (``gres/gpu:a100=2``) count where the plain total is missing."""
+    if not text:
+        return None, None
+    pairs = [part.partition("=") for part in text.split(",")]
+    if not all(sep and key for key, sep, _ in pairs):
+        unreadable.append("AllocTRES")
+        return None, None
+    found = {key: value for key, _, value in pairs}
+    counts = {key: int(v) for key, v in found.items() if _COUNT.fullmatch(v)}
+    if any(k in ("node", "gres/gpu") and k not in counts for k in found):
+        unreadable.append("AllocTRES")
+    typed = [v for k, v in counts.items() if k.startswith("gres/gpu:")]
+    gpus = counts.get("gres/gpu", sum(typed) if typed else None)
+    return counts.get("node"), gpus
