@@ -63,6 +63,13 @@ REQUEUE_FILE = "requeue-requested"
 # shell's 126-127 and 128 + a signal; Python itself never exits with it.
 NO_RESTART_EXIT = 79
 
+# torchrun's failure report (torchelastic's ChildFailedError, printed by each node's launcher to
+# its stderr) gives each failed rank a field a line: ``rank      : 1 (local_rank: 1)``, then
+# ``exitcode  : 79 (pid: 4242)``. The supervisor reads the exit codes from it (NO_RESTART_EXIT:
+# torchrun itself exits 1 whatever its ranks' codes), and so does a failed job's cause.
+REPORT_RANK = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: \d{1,9}\)")
+REPORT_EXIT = re.compile(r"\bexitcode\s*: (-?\d{1,4})\b")
+
 # A rank that gave up waiting for the others in clustertrain.env.init_process_group names those
 # that never came in these words, ``rank 3 (on node2) never joined the rendezvous``; the cause
 # of a failed job (clustertrain.runs.why) reads them back.

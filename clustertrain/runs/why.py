@@ -15,12 +15,12 @@ the cause while another rank says more. Each writer's lines are read by
 from __future__ import annotations
 
 import pwd
-import re
 import signal as signals
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from clustertrain import protocol
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import RUN_FOLDER, TERMINAL_STATES, Accounting, JobState
 from clustertrain.rank import events
@@ -226,8 +226,6 @@ def _node_tails(run: Run) -> tuple[list[Tail], list[Exit], list[str]]:
 # The other ranks a launcher's failure report lists (those it stopped, or that failed after the
 # first), between its "Failures:" and its root cause, a field a line.
 _FAILURES, _ROOT = "Failures:", "Root Cause (first observed failure):"
-_RANK_FIELD = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: \d{1,9}\)")
-_EXIT_FIELD = re.compile(r"\bexitcode\s*: (-?\d{1,4})\b")
 
 
 def _other_failures(lines: list[str], node: str) -> list[Exit]:
@@ -238,9 +236,9 @@ def _other_failures(lines: list[str], node: str) -> list[Exit]:
         if line.startswith(_FAILURES) or _ROOT in line:
             inside, rank = line.startswith(_FAILURES), None
             found = [] if inside else found
-        elif inside and (match := _RANK_FIELD.search(line)):
+        elif inside and (match := protocol.REPORT_RANK.search(line)):
             rank = int(match[1])
-        elif inside and rank is not None and (match := _EXIT_FIELD.search(line)):
+        elif inside and rank is not None and (match := protocol.REPORT_EXIT.search(line)):
             found.append(Exit(node, rank, int(match[1])))
             rank = None
     return found
