@@ -72,7 +72,9 @@ def _came(store: torch.distributed.Store, prefix: str) -> dict[int, tuple[int, s
     keys = [f"{prefix}slot/{slot}" for slot in range(count)]
     try:
         store.wait(keys, timedelta(seconds=_SETTLE_S))
-        values = store.multi_get(keys)
+        # One round trip where torch has it (2.4 on); a get per rank before.
+        many = getattr(store, "multi_get", None)
+        values = many(keys) if many else [store.get(key) for key in keys]
     except RuntimeError:
         return {}
     came: dict[int, tuple[int, str]] = {}
