@@ -200,11 +200,15 @@ def _storm(outcome: Outcome, state: State, policy: Policy, out_dir: str) -> End 
         state.stalled += 1
     if not policy.storm_restarts or state.stalled < policy.storm_restarts:
         return None
-    at = outcome.checkpoint or "the last checkpoint"
+    at = (
+        f"{outcome.checkpoint} (the last checkpoint)"
+        if outcome.checkpoint
+        else "the last checkpoint"
+    )
     return End(
         Exit.RESTART_STORM,
-        f"restart storm: {state.stalled} restarts never got past {at} (the last checkpoint); "
-        f"stopped restarting: the fault repeats from that checkpoint, in {out_dir}/checkpoints",
+        f"restart storm: {state.stalled} restarts never got past {at}; stopped restarting: the "
+        f"fault repeats from that checkpoint, in {out_dir}/checkpoints",
         (events.RESTART_STORM, {"why": outcome.checkpoint, "restarts": state.stalled}),
     )
 
