@@ -207,8 +207,9 @@ def _storm(outcome: Outcome, state: State, policy: Policy, out_dir: str) -> End 
     )
     return End(
         Exit.RESTART_STORM,
-        f"restart storm: {state.stalled} restarts never got past {at}; stopped restarting: the "
-        f"fault repeats from that checkpoint, in {out_dir}/checkpoints",
+        f"restart storm: {state.stalled} restart{'s' * (state.stalled != 1)} never got past "
+        f"{at}; stopped restarting: the fault repeats from that checkpoint, in "
+        f"{out_dir}/checkpoints",
         (events.RESTART_STORM, {"why": outcome.checkpoint, "restarts": state.stalled}),
     )
 

@@ -78,4 +78,4 @@ def test_a_checkpoint_that_says_no_step_is_the_last_checkpoint() -> None:
     state, rules = State(step_restarts=1), Policy(max_restarts=5, storm_restarts=1)
     end = decide(Outcome(1, saved=False), state, rules, "/o")
     assert isinstance(end, End) and end.message is not None
-    assert end.message.startswith("restart storm: 1 restarts never got past the last checkpoint;")
+    assert end.message.startswith("restart storm: 1 restart never got past the last checkpoint;")
