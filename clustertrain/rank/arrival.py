@@ -39,9 +39,8 @@ def wait_for_all(
     else what the ranks that came know of those that did not (``rank 3 (on node2) never joined
     the rendezvous within 15 s; ranks 0-2 came``)."""
     prefix = _PREFIX.format(round=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    group = rank // max(1, local_world_size)
+    group, host = rank // max(1, local_world_size), node_name()
     # The order of arrival names a slot; the last slot exists once every rank came.
-    host = socket.gethostname()
     slot = int(store.add(f"{prefix}count", 1)) - 1
     store.set(f"{prefix}slot/{slot}", f"{rank} {group} {host}")
     try:
@@ -64,6 +63,12 @@ def wait_for_all(
         f"{timeout_s:g} s; {protocol.rank_list(came)} came: the absent ones did not start, or "
         "stopped before init_process_group"
     )
+
+
+def node_name() -> str:
+    """This rank's node as Slurm names it: several slurmd on one host (a test cluster) share
+    its host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def _came(store: torch.distributed.Store, prefix: str) -> dict[int, tuple[int, str]]:

@@ -268,7 +268,7 @@ def init_process_group(
             f"{env.world_size} processes started and that the head node is reachable"
         ) from exc
     if absent is not None:
-        raise RendezvousError(f"rank {env.rank} on {socket.gethostname()}: {absent}")
+        raise RendezvousError(f"rank {env.rank} on {arrival.node_name()}: {absent}")
     _first_all_reduce(env, device)
 
 
