@@ -56,6 +56,27 @@ NOTEBOOK_ERROR = "notebook-error-rank{rank}.json"
 # script then requeues the job, whatever the ranks' exit status.
 REQUEUE_FILE = "requeue-requested"
 
+# A rank that exits with this status asks not to be restarted: restarting cannot help (a bad
+# configuration, data that is missing). The supervisor ends the job at once with the same status,
+# without a restart or a requeue (clustertrain.node.policy.Exit.NO_RESTART), and ``status`` names
+# the rank. 79: above sysexits.h's 64-78 and every status of the supervisor's own (2-6), below the
+# shell's 126-127 and 128 + a signal; Python itself never exits with it.
+NO_RESTART_EXIT = 79
+
+# torchrun's failure report (torchelastic's ChildFailedError, printed by each node's launcher to
+# its stderr) gives each failed rank a field a line: ``rank      : 1 (local_rank: 1)``, then
+# ``exitcode  : 79 (pid: 4242)``. The supervisor reads the exit codes from it (NO_RESTART_EXIT:
+# torchrun itself exits 1 whatever its ranks' codes), and so does a failed job's cause.
+REPORT_RANK = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: \d{1,9}\)")
+REPORT_EXIT = re.compile(r"\bexitcode\s*: (-?\d{1,4})\b")
+
+# A rank that gave up waiting for the others in clustertrain.env.init_process_group names those
+# that never came in these words, ``rank 3 (on node2) never joined the rendezvous``; the cause
+# of a failed job (clustertrain.runs.why) reads them back.
+ABSENT_RANKS = re.compile(
+    r"\b(ranks? [\d, -]{1,200}) \(([^()]{1,300})\) never joined the rendezvous"
+)
+
 # Environment variables the batch script exports for the ranks.
 ENV_RUN_DIR = "CLUSTERTRAIN_RUN_DIR"
 ENV_OUT_DIR = "CLUSTERTRAIN_OUT_DIR"

@@ -7,6 +7,7 @@ very objects, re-exported from that one real module so that type checkers see th
 """
 
 from clustertrain.rank.runtime import (
+    NO_RESTART_EXIT,
     StopRequest,
     compute,
     finish,
@@ -20,6 +21,7 @@ from clustertrain.rank.runtime import (
 )
 
 __all__ = [
+    "NO_RESTART_EXIT",
     "StopRequest",
     "compute",
     "finish",

@@ -81,6 +81,7 @@ class Plan:
                 _count(raw["max_restarts"], low=0),
                 _count(raw["max_requeues"], low=0),
                 _flag(raw["requeue_on_node_failure"]),
+                _count(raw.get("storm_restarts", 3), low=0),
             ),
             tasks=None
             if tasks is None

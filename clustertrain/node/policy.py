@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from clustertrain import protocol
 from clustertrain.node.rollcall import replace
 from clustertrain.rank import events
 
@@ -26,6 +27,8 @@ class Exit(IntEnum):
     HUNG = 4  # the step hung (the watchdog ended it) and no restart was left
     NODE_LOST = 5  # a node was lost and neither a spare nor a requeue was left
     DISQUALIFIED = 6  # qualification flagged a node, no spare was left and on_flagged is fail
+    RESTART_STORM = 7  # storm_restarts restarts in a row never got past the last checkpoint
+    NO_RESTART = protocol.NO_RESTART_EXIT  # a rank asked not to be restarted, with this status
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Policy:
     max_restarts: int = 0
     max_requeues: int = 3
     requeue_on_node_failure: bool = False
+    storm_restarts: int = 3  # 0: restarts are bounded by max_restarts alone
 
 
 @dataclass
@@ -45,6 +49,7 @@ class State:
     attempt: int = 0
     step_restarts: int = 0
     node_restarts: int = 0
+    stalled: int = 0  # restarted runs in a row that ended without a new checkpoint
     active: list[str] = field(default_factory=list)
     spares: list[str] = field(default_factory=list)
 
@@ -58,6 +63,12 @@ class Outcome:
     lost: tuple[str, ...] = ()  # the nodes its roll call did not hear from
     spares_lost: tuple[str, ...] = ()  # spares that did not answer theirs, asked afterwards
     requeue_asked: bool = False  # a rank checkpointed and asked (runtime.request_requeue)
+    # Whether the run recorded a checkpoint (rank 0's ``checkpoint`` event); None while the job
+    # has recorded none at all: before its first checkpoint, or a script that records none,
+    # progress is not judged (nvidia-resiliency-ext's progress tracker waits for its marker so).
+    saved: bool | None = None
+    checkpoint: str = ""  # where the last checkpoint stands: "step 41 of epoch 3"
+    no_restart: tuple[int, str] | None = None  # the rank (and node) that exited NO_RESTART_EXIT
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,8 @@ class Requeue:
 class End:
     status: int
     message: str | None = None  # said on stderr
+    # The event that says why, where the end is the policy's own: its name and values.
+    event: tuple[str, dict[str, str | int]] | None = None
 
 
 Decision = Restart | Replace | Requeue | End
@@ -140,8 +153,18 @@ def decide(outcome: Outcome, state: State, policy: Policy, out_dir: str) -> Deci
     """The next move after a step ended with ``outcome``. ``state`` is updated for a restart or a
     replacement (the caller runs the step again); ``out_dir`` is named where a job ends with
     its checkpoints."""
+    if outcome.no_restart is not None:
+        rank, node = outcome.no_restart
+        return End(
+            Exit.NO_RESTART,
+            f"rank {rank} on {node} asked not to be restarted (exit {Exit.NO_RESTART}): the job "
+            "ends here, without a restart or a requeue",
+            (events.NO_RESTART, {"nodes": node, "rank": rank}),
+        )
     if outcome.lost and not outcome.requeue_asked:
         return _lost(outcome, state, policy, out_dir)
+    if (storm := _storm(outcome, state, policy, out_dir)) is not None:
+        return storm
     if not outcome.requeue_asked and state.step_restarts < policy.max_restarts:
         restart = _restart(outcome, state, policy)
         if restart is not None:
@@ -162,6 +185,33 @@ def decide(outcome: Outcome, state: State, policy: Policy, out_dir: str) -> Deci
     if outcome.hang is not None:
         return End(Exit.HUNG, f"the step hung and was ended: {outcome.hang}")
     return End(outcome.status)
+
+
+def _storm(outcome: Outcome, state: State, policy: Policy, out_dir: str) -> End | None:
+    """A restart storm: ``storm_restarts`` restarted runs in a row failed without recording a
+    checkpoint, so each began again where the one before did: the fault repeats from that
+    checkpoint, and another restart would spend the allocation the same way."""
+    failed = outcome.hang is not None or outcome.status != 0
+    if outcome.requeue_asked or not failed or outcome.saved is None:
+        return None
+    if outcome.saved:
+        state.stalled = 0
+    elif state.step_restarts + state.node_restarts > 0:  # this run was itself a restart
+        state.stalled += 1
+    if not policy.storm_restarts or state.stalled < policy.storm_restarts:
+        return None
+    at = (
+        f"{outcome.checkpoint} (the last checkpoint)"
+        if outcome.checkpoint
+        else "the last checkpoint"
+    )
+    return End(
+        Exit.RESTART_STORM,
+        f"restart storm: {state.stalled} restart{'s' * (state.stalled != 1)} never got past "
+        f"{at}; stopped restarting: the fault repeats from that checkpoint, in "
+        f"{out_dir}/checkpoints",
+        (events.RESTART_STORM, {"why": outcome.checkpoint, "restarts": state.stalled}),
+    )
 
 
 def _restart(outcome: Outcome, state: State, policy: Policy) -> Restart | None:

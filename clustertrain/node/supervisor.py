@@ -30,7 +30,7 @@ from typing import IO, Any, NoReturn
 
 from clustertrain import protocol
 from clustertrain.files import read_regular
-from clustertrain.node import nodecheck, policy, qualify, rollcall
+from clustertrain.node import aftermath, nodecheck, policy, qualify, rollcall
 from clustertrain.node.plan import Plan, PlanError, Word
 from clustertrain.rank import events
 
@@ -82,11 +82,13 @@ class Supervisor:
         self.state = policy.State(attempt=int(environ.get("SLURM_RESTART_COUNT") or 0))
         self.events_path = Path(environ[protocol.ENV_EVENTS_FILE])
         self.requeue_file = Path(environ[protocol.ENV_REQUEUE_FILE])
+        # The newest checkpoint the job recorded (any attempt): where a restart resumes from.
+        self.checkpoint: events.Event | None = None
 
     def say(self, text: str, error: bool = False) -> None:
         print(f"clustertrain: {text}", file=self.err if error else self.out, flush=True)
 
-    def event(self, name: str, **values: str) -> None:
+    def event(self, name: str, **values: str | int) -> None:
         events.append(self.events_path, name, self.state.attempt, **values)
 
     def run(self) -> int:
@@ -100,6 +102,10 @@ class Supervisor:
             self._place()
             status = self._node_check()
             if status == 0:
+                # The newest checkpoint of an earlier attempt: where this one resumes from.
+                size = aftermath.size(self.events_path)
+                saved = aftermath.checkpoints(self.events_path, max(0, size - events.MAX_BYTES))
+                self.checkpoint = saved[-1] if saved else None
                 status = self._steps(task_args)
         except SystemExit as stop:  # SIGTERM (a cancel, the time limit) and the end
             status = stop.code if isinstance(stop.code, int) else 1
@@ -224,6 +230,8 @@ class Supervisor:
             if isinstance(decision, policy.End):
                 if decision.message:
                     self.say(decision.message, error=True)
+                if decision.event is not None:
+                    self.event(decision.event[0], **decision.event[1])
                 return decision.status
             self.say(decision.message)
             if isinstance(decision, policy.Requeue):
@@ -240,6 +248,8 @@ class Supervisor:
     def _step(self, task_args: tuple[str, ...]) -> policy.Outcome:
         """One run of the step, its watchdog beside it; what it left."""
         beats = Path(self.env[protocol.ENV_HEARTBEAT_DIR])
+        log_dir = Path(self.env["LOG_DIR"])
+        logs, events_at = aftermath.node_logs(log_dir), aftermath.size(self.events_path)
         srun = self.commands.start([*(self.expand(w) for w in self.plan.step), *task_args])
         mode = "quiet" if self.plan.hang_on_quiet else "beats"
         watchdog = self.commands.start(
@@ -251,11 +261,16 @@ class Supervisor:
         watchdog.terminate()
         watchdog.wait()
         hang, lost = beats / protocol.HANG_FILE, beats / protocol.LOST_FILE
+        saved = aftermath.checkpoints(self.events_path, events_at)
+        before, self.checkpoint = self.checkpoint, saved[-1] if saved else self.checkpoint
         return policy.Outcome(
             status=status,
             hang=_text(hang).strip() if hang.exists() else None,
             lost=tuple(_text(lost).split()) if self.plan.spare_nodes and lost.exists() else (),
             requeue_asked=self.requeue_file.exists(),
+            saved=bool(saved) if saved or before is not None else None,
+            checkpoint=aftermath.where(self.checkpoint) if self.checkpoint else "",
+            no_restart=aftermath.no_restart(log_dir, logs) if status != 0 else None,
         )
 
     def _let_go(self, outcome: policy.Outcome) -> policy.Outcome:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
+from clustertrain.rank import arrival
 
 if TYPE_CHECKING:
     import torch
@@ -230,26 +231,34 @@ def init_process_group(
 
     ``timeout_s`` defaults to ``env.rendezvous_timeout_s`` ($CLUSTERTRAIN_RDZV_TIMEOUT_S, 30 s).
 
-    The store is built here with the short rendezvous timeout, then given the long collective
-    one, because ``torch.distributed.init_process_group(timeout=...)`` uses one value for both.
+    The store is built here with the short rendezvous timeout, and every rank waits there for
+    the others (:mod:`clustertrain.rank.arrival`, which names those that never came); only then
+    is the group built, with the long collective timeout: ``init_process_group(timeout=...)``
+    uses one value for both its own wait for absent peers and every collective.
     """
     import torch.distributed as dist
 
     device = device or pick_device(env)
     if timeout_s is not None:
         env = replace(env, rendezvous_timeout_s=timeout_s)
+    absent = None
     try:
         with _native_stderr_silenced():
             store = _rendezvous_store(env)
-            store.set_timeout(timedelta(seconds=collective_timeout_s))
-            dist.init_process_group(
-                backend_for(device),
-                store=store,
-                rank=env.rank,
-                world_size=env.world_size,
-                timeout=timedelta(seconds=collective_timeout_s),
-                device_id=device if device.type == "cuda" else None,
-            )
+            if env.world_size > 1:
+                absent = arrival.wait_for_all(
+                    store, env.rank, env.world_size, env.local_world_size, env.rendezvous_timeout_s
+                )
+            if absent is None:
+                store.set_timeout(timedelta(seconds=collective_timeout_s))
+                dist.init_process_group(
+                    backend_for(device),
+                    store=store,
+                    rank=env.rank,
+                    world_size=env.world_size,
+                    timeout=timedelta(seconds=collective_timeout_s),
+                    device_id=device if device.type == "cuda" else None,
+                )
     except (RuntimeError, OSError, ValueError) as exc:
         text = str(exc).strip()
         reason = text.splitlines()[0].rstrip(".") if text else type(exc).__name__
@@ -258,6 +267,8 @@ def init_process_group(
             f"{env.rendezvous_timeout_s:g} s as {env.describe()}: {reason[:200]}; check that all "
             f"{env.world_size} processes started and that the head node is reachable"
         ) from exc
+    if absent is not None:
+        raise RendezvousError(f"rank {env.rank} on {arrival.node_name()}: {absent}")
     _first_all_reduce(env, device)
 
 

@@ -2,13 +2,14 @@
 
 Four writers append to the same file: ``submit`` (``queued``), the supervisor (``started``,
 ``node_check``, ``qualified``, ``flagged``, ``signal``, ``requeued``, ``restarted``,
-``ended``: clustertrain.node.supervisor), its watchdog (``hang``, ``straggler``,
-``node_lost``) and the training script's rank 0, through :func:`record` or the runtime
-library (``runtime.milestone``: the :data:`MILESTONES`; ``runtime.log_metrics``:
-``metrics``; and ``step``, ``epoch``, ``checkpoint``, ``stop``). Besides its name, time and
-attempt, an event holds a few texts and at most :data:`MAX_VALUES` numbers, each a finite
-number under a metric's name (:data:`clustertrain.protocol.METRIC_NAME`); a line with
-anything else is left out whole.
+``restart_storm``, ``no_restart``, ``ended``: clustertrain.node.supervisor), its watchdog
+(``hang``, ``straggler``, ``node_lost``) and the training script's rank 0, through
+:func:`record` or the runtime library (``runtime.milestone``: the :data:`MILESTONES`;
+``runtime.log_metrics``: ``metrics``; and ``step``, ``epoch``, ``checkpoint``, ``stop``: the
+supervisor reads ``checkpoint``'s ``step`` and ``epoch`` to tell a restart storm). Besides
+its name, time and attempt, an event holds a few texts and at most :data:`MAX_VALUES`
+numbers, each a finite number under a metric's name (:data:`clustertrain.protocol.METRIC_NAME`);
+a line with anything else is left out whole.
 Each line is one small ``write`` on a file opened for appending, which a local filesystem keeps
 whole. The names are :data:`NAMES`;
 ``plot`` and ``status`` read them back with :func:`read`, which trusts nothing in the file: a run
@@ -36,6 +37,9 @@ QUALIFIED, FLAGGED = "qualified", "flagged"
 REQUEUED, RESTARTED, ENDED = "requeued", "restarted", "ended"
 HANG, NODE_LOST, CHECKPOINT = "hang", "node_lost", "checkpoint"
 STRAGGLER = "straggler"
+# The supervisor's end without a restart: restarts that never got past the last checkpoint, and
+# a rank's exit with protocol.NO_RESTART_EXIT.
+RESTART_STORM, NO_RESTART = "restart_storm", "no_restart"
 # In the order a job goes through them.
 NAMES = (
     QUEUED,
@@ -56,6 +60,8 @@ NAMES = (
     STRAGGLER,
     NODE_LOST,
     RESTARTED,
+    RESTART_STORM,
+    NO_RESTART,
     ENDED,
 )
 # What a training script says of its start-up, in order: its process group is up, its data is
@@ -118,7 +124,7 @@ def scan(
         return [], 0
     found, dropped = [], 0
     for line in data.splitlines():
-        event = _parse(line)
+        event = parse(line)
         if event is not None and start <= event.time <= end:
             found.append(event)
         elif line.strip():
@@ -126,7 +132,8 @@ def scan(
     return found, dropped
 
 
-def _parse(line: str) -> Event | None:
+def parse(line: str) -> Event | None:
+    """One line of the file as an event; None for anything else (see :func:`scan`)."""
     try:
         raw = parse_json(line, "event")
     except RunFolderError:

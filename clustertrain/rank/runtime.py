@@ -43,6 +43,10 @@ from typing import Any, NoReturn
 from clustertrain import protocol
 from clustertrain.rank import env, events
 
+# The exit status that asks the supervisor not to restart the step, nor to requeue the job:
+# ``runtime.finish(runtime.NO_RESTART_EXIT)`` (or ``sys.exit``) where restarting cannot help.
+NO_RESTART_EXIT = protocol.NO_RESTART_EXIT
+
 
 class StopRequest:
     """Remembers a request to checkpoint and stop; the loop reads it at step boundaries.

@@ -203,6 +203,7 @@ def _plan(spec: JobSpec, run_dir: str, workdir: str) -> str:
         "hang_timeout_s": spec.hang_timeout_s,
         "hang_on_quiet": spec.hang_on_quiet,
         "max_restarts": spec.max_restarts,
+        "storm_restarts": spec.storm_restarts,
         "max_requeues": spec.max_requeues,
         "requeue_on_node_failure": spec.requeue_on_node_failure,
         "tasks": tasks or None,

@@ -4,23 +4,25 @@ records from a run folder, reading the tails of its logs only. ``status``, the A
 (``Job.failure``) and every other surface ask it, never the logs themselves.
 
 The records are weighed in this order: what Slurm decided (a time limit, a preemption, a lost
-node, the OOM killer, a cancel), then a failed setup line, then what a rank did itself (a Python
-exception, CUDA out of memory, a full disk, missing data, a module it could not import, an NCCL
-error), then the watchdog's hang, a collective that timed out, a signal, a lost node, and last
-what only follows a peer's failure (gloo's "Connection closed by peer"): a consequence is never
-the cause while another rank says more. Each writer's lines are read by
+node, the OOM killer, a cancel), then a failed setup line, then the supervisor's end without a
+restart (a rank that exited with protocol.NO_RESTART_EXIT, a restart storm), then what a rank
+did itself (a Python exception, CUDA out of memory, a full disk, missing data, a module it could
+not import, an NCCL error), then the watchdog's hang, a collective that timed out, a signal, a
+lost node, and last what only follows a peer's failure (gloo's "Connection closed by peer"): a
+consequence is never the cause while another rank says more. Each writer's lines are read by
 :mod:`clustertrain.runs.why_kinds`. Everything quoted from a run folder is shown escaped.
 """
 
 from __future__ import annotations
 
 import pwd
-import re
 import signal as signals
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from clustertrain import protocol
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import RUN_FOLDER, TERMINAL_STATES, Accounting, JobState
 from clustertrain.rank import events
@@ -38,9 +40,10 @@ from clustertrain.runs.why_kinds import (
     Finding,
     Kind,
     classify,
+    signal_name,
 )
 from clustertrain.runs.why_records import End, Exit, Records, Tail
-from clustertrain.runs.why_texts import build, signal_name
+from clustertrain.runs.why_texts import build
 
 __all__ = ["Cause", "Exit", "Kind", "Records", "Tail", "cause", "read"]
 
@@ -98,6 +101,8 @@ def cause(records: Records) -> Cause | None:
     decided = (
         _scheduler(records, found)
         or (build(Kind.SETUP, records) if records.setup else None)
+        or _asked(records, found)
+        or (_storm(records, found) if records.storm else None)
         or _ranks(records, found, COLLECTIVE_ERROR)
         or (build(Kind.HANG, records) if records.hang else None)
         or _ranks(records, found, SIGNALLED)
@@ -132,6 +137,24 @@ def _scheduler(records: Records, found: list[End]) -> Cause | None:
     if state == "CANCELLED" or job_cancelled:
         return build(Kind.CANCELLED, records)
     return None
+
+
+def _asked(records: Records, found: list[End]) -> Cause | None:
+    """A rank that exited with protocol.NO_RESTART_EXIT, as the supervisor's event or (a run
+    without one) its launcher's report says; its own decisive line, where it wrote one."""
+    said = records.no_restart or next(
+        ((e.rank, e.node) for e in records.exits if e.exit_code == protocol.NO_RESTART_EXIT), None
+    )
+    if said is None:
+        return None
+    rank, node = said
+    own = next((e for e in found if (e.rank, e.node) == (rank, node)), None)
+    return build(Kind.NO_RESTART, replace(records, no_restart=said), own, found, node)
+
+
+def _storm(records: Records, found: list[End]) -> Cause:
+    """A restart storm: the likeliest rank's finding is what failed each time."""
+    return build(Kind.RESTART_STORM, records, next(iter(found), None), found)
 
 
 def _ranks(records: Records, found: list[End], weakest: int) -> Cause | None:
@@ -174,6 +197,9 @@ def read(
     batch = _lines(run, run.logs_dir / f"slurm-{run.job_id}.err")
     launchers = (t.lines for t in tails if t.rank is None and t.local is None)
     ended = [e for e in found if e.name == events.ENDED]
+    newest = max((e.attempt for e in found), default=0)
+    storm = [e.values for e in found if e.name == events.RESTART_STORM and e.attempt == newest]
+    asked = [e.values for e in found if e.name == events.NO_RESTART and e.attempt == newest]
     headline = timeline.headline(found, run.metric)
     by = accounting.cancelled_by if accounting is not None else ""
     return Records(
@@ -197,7 +223,17 @@ def read(
         requeues=sum(e.name == events.REQUEUED for e in found),
         last_metric=headline.text() if headline else None,
         cancelled_by=_user(by) if by else None,
+        storm=(int(storm[-1].get("restarts", 0)), str(storm[-1].get("why", ""))) if storm else None,
+        no_restart=_rank_on(asked[-1]) if asked else None,
     )
+
+
+def _rank_on(values: dict[str, Any]) -> tuple[int, str] | None:
+    """The rank and node of a no_restart event (a run folder is anyone's: both checked)."""
+    rank, node = values.get("rank"), values.get("nodes")
+    if isinstance(rank, int | float) and 0 <= rank < _MAX_WORLD and isinstance(node, str):
+        return int(rank), node
+    return None
 
 
 def _node_tails(run: Run) -> tuple[list[Tail], list[Exit], list[str]]:
@@ -229,8 +265,6 @@ def _node_tails(run: Run) -> tuple[list[Tail], list[Exit], list[str]]:
 # The other ranks a launcher's failure report lists (those it stopped, or that failed after the
 # first), between its "Failures:" and its root cause, a field a line.
 _FAILURES, _ROOT = "Failures:", "Root Cause (first observed failure):"
-_RANK_FIELD = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: \d{1,9}\)")
-_EXIT_FIELD = re.compile(r"\bexitcode\s*: (-?\d{1,4})\b")
 
 
 def _other_failures(lines: list[str], node: str) -> list[Exit]:
@@ -241,9 +275,9 @@ def _other_failures(lines: list[str], node: str) -> list[Exit]:
         if line.startswith(_FAILURES) or _ROOT in line:
             inside, rank = line.startswith(_FAILURES), None
             found = [] if inside else found
-        elif inside and (match := _RANK_FIELD.search(line)):
+        elif inside and (match := protocol.REPORT_RANK.search(line)):
             rank = int(match[1])
-        elif inside and rank is not None and (match := _EXIT_FIELD.search(line)):
+        elif inside and rank is not None and (match := protocol.REPORT_EXIT.search(line)):
             found.append(Exit(node, rank, int(match[1])))
             rank = None
     return found

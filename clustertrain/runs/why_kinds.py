@@ -10,6 +10,7 @@ its watchdog, the C++ runtime's ``terminate called ...``, faulthandler's ``Fatal
 from __future__ import annotations
 
 import re
+import signal as signals
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import PurePosixPath
@@ -36,6 +37,8 @@ class Kind(str, Enum):
     HANG = "hang"  # the watchdog's verdict (clustertrain.node.watchdog)
     SETUP = "setup"  # one of the job's setup lines failed, before any rank
     DIED_AT_EXIT = "died_at_exit"  # training finished, then a rank crashed in teardown
+    RESTART_STORM = "restart_storm"  # restarts that never got past the last checkpoint
+    NO_RESTART = "no_restart"  # a rank exited with protocol.NO_RESTART_EXIT
     UNKNOWN = "unknown"
 
 
@@ -147,6 +150,46 @@ SLURM_END = re.compile(
 OOM_KILLS = re.compile(r"Detected \d+ oom[-_]kill events?")
 OOM_KILL = re.compile(OOM_KILLS.pattern + r"|: tasks? [\d,-]+: Out Of Memory")
 OOM_NODE = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: Out Of Memory")
+
+
+# What each signal that ends a rank usually means, and what to do about it.
+SIGNALS: dict[int, tuple[str, str]] = {
+    signals.SIGSEGV.value: (
+        "a segmentation fault",
+        "a crash in native code (a C extension, a CUDA "
+        "library, the driver): PYTHONFAULTHANDLER=1 in env prints the Python "
+        "stack; check that torch and its extensions were built for this CUDA",
+    ),
+    signals.SIGABRT.value: (
+        "an abort",
+        "native code aborted (a C++ exception nobody caught): the line quoted says which",
+    ),
+    signals.SIGBUS.value: (
+        "a bus error",
+        "usually /dev/shm too small for the data loader's workers "
+        "(fewer num_workers, or a larger /dev/shm from your site), or a memory-"
+        "mapped file truncated under the job",
+    ),
+    signals.SIGKILL.value: (
+        "killed without warning",
+        "SIGKILL comes from the kernel's out-of-memory "
+        "killer (Slurm's accounting says OUT_OF_MEMORY where it keeps one; compare "
+        "MaxRSS with the memory asked for), from Slurm once KillWait passed, or "
+        "from a user",
+    ),
+    signals.SIGFPE.value: (
+        "a floating-point exception",
+        "an integer division by zero in native code",
+    ),
+}
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV``; ``signal 77`` for a number that names none."""
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def where(lines: list[str], upto: int) -> str | None:

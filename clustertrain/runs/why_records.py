@@ -40,7 +40,9 @@ class Records:
     attempt, its ``nodes`` and ``world_size``; the batch shell's last stderr lines (``batch``:
     srun's and slurmstepd's words); Slurm's ``accounting``; the watchdog's ``hang`` verdict,
     the ``lost_nodes``, the failed ``setup`` line; from the events, the supervisor's ``ended``
-    status, the ``requeues`` and the ``last_metric``; who cancelled it (``cancelled_by``)."""
+    status, the ``requeues`` and the ``last_metric``; who cancelled it (``cancelled_by``); the
+    supervisor's end without a restart: a restart ``storm`` (its restarts, and where the last
+    checkpoint stands) or a rank that asked for ``no_restart`` (its rank and node)."""
 
     job_id: str = ""
     state: str = "UNKNOWN"
@@ -61,6 +63,8 @@ class Records:
     requeues: int = 0
     last_metric: str | None = None
     cancelled_by: str | None = None
+    storm: tuple[int, str] | None = None
+    no_restart: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,12 @@ from clustertrain.runs.why_kinds import (
     CONSEQUENCE,
     OOM_KILL,
     OOM_KILLS,
+    SIGNALS,
     SLURM_END,
     TIMED_OUT,
     Cause,
     Kind,
+    signal_name,
 )
 
 if TYPE_CHECKING:
@@ -30,43 +32,6 @@ if TYPE_CHECKING:
 _QUOTE = 240
 _OWN_LINES = 8  # of the deciding rank's lines up to its decisive one
 _OTHERS = 8  # other ranks, a line each
-_SIGNALS: dict[int, tuple[str, str]] = {
-    signals.SIGSEGV.value: (
-        "a segmentation fault",
-        "a crash in native code (a C extension, a CUDA "
-        "library, the driver): PYTHONFAULTHANDLER=1 in env prints the Python "
-        "stack; check that torch and its extensions were built for this CUDA",
-    ),
-    signals.SIGABRT.value: (
-        "an abort",
-        "native code aborted (a C++ exception nobody caught): the line quoted says which",
-    ),
-    signals.SIGBUS.value: (
-        "a bus error",
-        "usually /dev/shm too small for the data loader's workers "
-        "(fewer num_workers, or a larger /dev/shm from your site), or a memory-"
-        "mapped file truncated under the job",
-    ),
-    signals.SIGKILL.value: (
-        "killed without warning",
-        "SIGKILL comes from the kernel's out-of-memory "
-        "killer (Slurm's accounting says OUT_OF_MEMORY where it keeps one; compare "
-        "MaxRSS with the memory asked for), from Slurm once KillWait passed, or "
-        "from a user",
-    ),
-    signals.SIGFPE.value: (
-        "a floating-point exception",
-        "an integer division by zero in native code",
-    ),
-}
-
-
-def signal_name(number: int) -> str:
-    """``SIGSEGV``; ``signal 77`` for a number that names none."""
-    try:
-        return signals.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _quote(text: str) -> str:
@@ -186,6 +151,14 @@ _HINTS = {
     "rank-N.stack): the ranks that wait where the others do not are the suspects",
     Kind.SETUP: "fix that line in the job file's setup or node_setup (or your site's "
     "sites.yaml); try it by hand on a compute node (srun --pty bash)",
+    Kind.NO_RESTART: f"the job's own code ended it with exit {protocol.NO_RESTART_EXIT}, which "
+    "says restarting cannot help (a bad configuration, missing data): fix what it says, then "
+    "submit again",
+    Kind.RESTART_STORM: "each restart resumed from that checkpoint and failed again before the "
+    "next one, so another would too: fix the fault the ranks report, or resume from an older "
+    "checkpoint if that one is bad (storm_restarts: 0 leaves the restarts to max_restarts)",
+    "absent": "the absent ranks' own lines say why they never came (a crash or a wait before "
+    "init_process_group); their node's log too; rdzv_timeout_s bounds the wait",
 }
 
 
@@ -237,7 +210,7 @@ def _host_oom(c: _Case) -> str:
 def _signal(c: _Case) -> tuple[str, str]:
     f = c.it.finding
     number = f.signal or 0
-    what, hint = _SIGNALS.get(number, ("a signal", f"ended by {signal_name(number)}"))
+    what, hint = SIGNALS.get(number, ("a signal", f"ended by {signal_name(number)}"))
     detail = f": {_quote(f.detail)}" if f.detail else ""
     exit_ = " at exit" if f.at_exit else ""
     head = f"{c.it.who()} was killed by {signal_name(number)} (signal {number}, {what}){exit_}"
@@ -249,7 +222,7 @@ def _signal(c: _Case) -> tuple[str, str]:
 def _died_at_exit(c: _Case) -> str:
     f, end = c.it.finding, c.it
     verb = "aborted" if f.signal in (None, signals.SIGABRT) else "crashed"
-    said = _quote(f.detail) if f.detail else _SIGNALS.get(f.signal or 0, ("a signal", ""))[0]
+    said = _quote(f.detail) if f.detail else SIGNALS.get(f.signal or 0, ("a signal", ""))[0]
     who = f"rank {end.rank}" if end.rank is not None else end.who()
     metric = f"; final {c.records.last_metric}" if c.records.last_metric else ""
     return (
@@ -282,7 +255,15 @@ def _rendezvous(c: _Case) -> tuple[str, str]:
     if "EADDRINUSE" in line or "ddress already in use" in line:
         head = f"the rendezvous could not start on {c.it.node}: its port is already in use"
         return f"{head} (EADDRINUSE)", _HINTS["in use"]
-    waited = sorted({e.node for e in c.found if e.finding.kind is Kind.RENDEZVOUS})
+    waiting = [e for e in c.found if e.finding.kind is Kind.RENDEZVOUS]
+    said = [m for e in waiting if (m := protocol.ABSENT_RANKS.search(e.finding.line))]
+    if said:  # clustertrain.env's own words: the ranks that came name those that did not
+        ranks = [e.rank for e in waiting if e.rank is not None]
+        nodes = ", ".join(sorted({e.node for e in waiting}))
+        gave_up = protocol.rank_list(ranks) if ranks else nodes
+        head = f"the rendezvous never formed: {said[0][1]} ({said[0][2]}) never joined"
+        return f"{head}; {gave_up} gave up waiting", _HINTS["absent"]
+    waited = sorted({e.node for e in waiting})
     silent = [node for node in c.records.nodes if node not in waited]
     absent = f"; no word from {', '.join(silent)}" if silent else ""
     head = f"the rendezvous never formed: {', '.join(waited)} gave up waiting ({_quote(line)})"
@@ -354,6 +335,22 @@ def _unknown(c: _Case) -> tuple[str, str]:
     return "cause unknown: " + "; ".join(known), hint
 
 
+def _no_restart(c: _Case) -> str:
+    rank, node = c.records.no_restart or (None, c.node)
+    own = f": {_quote(c.end.finding.line)}" if c.end is not None else ""
+    return f"rank {rank} on {node} asked not to be restarted (exit {protocol.NO_RESTART_EXIT}){own}"
+
+
+def _restart_storm(c: _Case) -> str:
+    restarts, at = c.records.storm or (0, "")
+    last = f"; the last: {c.it.who()}: {_quote(c.it.finding.line)}" if c.end is not None else ""
+    past = f"{at} (the last checkpoint)" if at else "the last checkpoint"
+    plural = "s" * (restarts != 1)
+    return (
+        f"restart storm: {restarts} restart{plural} never got past {past}; stopped restarting{last}"
+    )
+
+
 _BUILDERS: dict[Kind, Callable[[_Case], str | tuple[str, str]]] = {
     Kind.EXCEPTION: _exception,
     Kind.CUDA_OOM: _cuda_oom,
@@ -372,6 +369,8 @@ _BUILDERS: dict[Kind, Callable[[_Case], str | tuple[str, str]]] = {
     Kind.HANG: lambda c: c.records.hang or "hang",
     Kind.SETUP: lambda c: f"{c.records.setup}, before any rank started",
     Kind.UNKNOWN: _unknown,
+    Kind.NO_RESTART: _no_restart,
+    Kind.RESTART_STORM: _restart_storm,
 }
 
 

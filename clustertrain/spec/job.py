@@ -160,6 +160,13 @@ class JobSpec:
         "Restarts of a failed or hung step inside the allocation, from the last checkpoint "
         "(a local run: the launcher's restarts of its workers).",
     )  # fmt: skip
+    # A restart storm (clustertrain.node.policy): restarts that keep failing before the script
+    # records a new checkpoint (its ``checkpoint`` event) are ended, however many are left.
+    storm_restarts: int = _field(
+        3, fields.int_range(0, 100),
+        "Restarts in a row that never get past the last checkpoint before the job stops "
+        "restarting (restart storm); 0: max_restarts alone bounds them.",
+    )  # fmt: skip
     max_requeues: int = _field(3, fields.int_range(0, 100), "Requeues after a checkpoint.")
     # A node lost mid-job: requeue (without it, from the last checkpoint) instead of ending.
     requeue_on_node_failure: bool = _field(

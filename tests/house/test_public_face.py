@@ -42,13 +42,14 @@ def train(out: Path) -> None:
         if stop.agreed():
             if context.rank == 0:
                 store.save(1, {"step": step}, step=step)
+                events.record("checkpoint", epoch=1, step=step)
                 requeue: Path | None = runtime.request_requeue()
                 print(requeue)
             break
     state = checkpoint.rng_state()
     checkpoint.restore_rng(state)
     print(env.expand_hostlist("node[1-2]"), env.rendezvous_port(42), context.world_size)
-    runtime.finish()
+    runtime.finish(runtime.NO_RESTART_EXIT if not out.exists() else 0)
 """
 
 

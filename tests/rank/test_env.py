@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clustertrain import env
+from clustertrain import env, protocol
 from clustertrain.errors import UserError
+from tests.rank.test_train import BIN, ROOT, _clean_env
 
 TORCHRUN = {
     "RANK": "3",
@@ -162,3 +165,37 @@ def test_unreachable_rendezvous_fails_fast_with_one_clear_line() -> None:
     assert len(lines) == 1, proc.stderr
     assert "127.0.0.1:29517" in lines[0] and "SLURM_PROCID=1" in lines[0]
     assert "SLURM_JOB_NODELIST=127.0.0.1" in lines[0]
+
+
+ABSENT = """
+import sys, time
+from clustertrain import env
+dist_env = env.from_environ()
+if dist_env.rank == 1:
+    time.sleep(120)  # never comes: torchrun stops it once rank 0 fails
+env.init_process_group(dist_env)
+"""
+
+
+def test_a_rank_that_never_came_fails_the_rest_within_the_timeout_and_is_named(
+    tmp_path: Path,
+) -> None:
+    """Under the real torchrun on CPU (gloo): the group's own wait for an absent peer is its
+    collective timeout (600 s), so the ranks that came must give up under the rendezvous one."""
+    script = tmp_path / "absent.py"
+    script.write_text(ABSENT)
+    start = time.monotonic()
+    done = subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(script)],
+        cwd=ROOT,
+        env=_clean_env(PYTHONPATH=str(ROOT), CLUSTERTRAIN_RDZV_TIMEOUT_S="2"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert time.monotonic() - start < 60, done.stderr[-2000:]  # not the 600 s of collectives
+    assert done.returncode != 0
+    said = protocol.ABSENT_RANKS.search(done.stderr)
+    assert said is not None, done.stderr[-3000:]
+    assert said[1] == "rank 1" and said[2] == f"on {socket.gethostname()}"
+    assert "within 2 s; rank 0 came" in done.stderr

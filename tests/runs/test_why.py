@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clustertrain import runs
+from clustertrain import protocol, runs
 from clustertrain.backends.slurm.parse import parse_accounting
 from clustertrain.jobstate import JobState
 from clustertrain.render import render
@@ -275,3 +275,59 @@ def test_a_launchers_log_tailer_at_exit_is_a_consequence_and_folded(tmp_path: Pa
     shown = list(logs.read_all(run, logs.Filter(node="node1")))
     assert not any("I/O operation on closed file" in line for line in shown), shown
     assert any("(a launcher's log tailer" in line for line in shown), shown
+
+
+def test_a_rank_that_asked_not_to_be_restarted_is_named_with_its_own_line() -> None:
+    """From the supervisor's event, or (a run without one) its launcher's report alone; the
+    other ranks' consequences never outweigh it."""
+    lost = "RuntimeError: [pair.cc:561] Connection closed by peer [10.0.0.2]:2478"
+    tails = (
+        why.Tail("node2", 3, ("error: no data in /data/train; nothing to restart for",)),
+        why.Tail("node1", 0, (lost,)),
+    )
+    exits = (why.Exit("node2", 3, protocol.NO_RESTART_EXIT, "2026-12-07_10:00:00"),)
+    for records in (
+        why.Records(state="FAILED", tails=tails, exits=exits),
+        why.Records(state="FAILED", tails=tails, no_restart=(3, "node2")),
+    ):
+        found = why.cause(records)
+        assert found is not None and found.kind is why.Kind.NO_RESTART, found
+        assert (found.rank, found.node) == (3, "node2")
+        assert found.headline == (
+            "rank 3 on node2 asked not to be restarted (exit 79): error: no data in "
+            "/data/train; nothing to restart for"
+        )
+    silent = why.cause(why.Records(state="FAILED", no_restart=(1, "node1")))
+    assert silent is not None and silent.headline == (
+        "rank 1 on node1 asked not to be restarted (exit 79)"
+    )
+    assert (silent.rank, silent.node) == (None, "node1")
+
+
+def test_a_restart_storm_says_how_far_the_restarts_got_and_what_failed_each_time() -> None:
+    tails = (why.Tail("node1", 1, ("ValueError: loss is nan at step 41",)),)
+    found = why.cause(why.Records(state="FAILED", tails=tails, storm=(3, "step 40 of epoch 2")))
+    assert found is not None and found.kind is why.Kind.RESTART_STORM, found
+    assert found.headline == (
+        "restart storm: 3 restarts never got past step 40 of epoch 2 (the last checkpoint); "
+        "stopped restarting; the last: rank 1 on node1: ValueError: loss is nan at step 41"
+    )
+    assert "storm_restarts: 0" in found.hint and found.rank == 1
+    bare = why.cause(why.Records(state="FAILED", storm=(2, "")))
+    assert bare is not None and bare.headline == (
+        "restart storm: 2 restarts never got past the last checkpoint; stopped restarting"
+    )
+
+
+def test_the_ranks_that_never_came_to_the_rendezvous_are_named() -> None:
+    said = (
+        "clustertrain.rank.env.RendezvousError: rank {r} on node1: rank 3 (on node2) never "
+        "joined the rendezvous within 15 s; ranks 0-2 came: the absent ones did not start, "
+        "or stopped before init_process_group"
+    )
+    tails = tuple(why.Tail(f"node{r // 2 + 1}", r, (said.format(r=r),)) for r in range(3))
+    found = why.cause(why.Records(state="FAILED", tails=tails, nodes=("node1", "node2")))
+    assert found is not None and found.kind is why.Kind.RENDEZVOUS, found
+    assert found.headline == (
+        "the rendezvous never formed: rank 3 (on node2) never joined; ranks 0-2 gave up waiting"
+    )

@@ -47,6 +47,7 @@ SAMPLES: dict[str, Any] = {
     "sbatch_options": ["--reservation=maint", "--comment=-x"],
     "signal_lead_s": 300,
     "max_restarts": 2,
+    "storm_restarts": 4,
     "max_requeues": 5,
     "requeue_on_node_failure": True,
     "spare_nodes": 1,
