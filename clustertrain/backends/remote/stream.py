@@ -9,24 +9,22 @@ lines (a node's rank, a launcher) in their file order, so counting per source is
 
 from __future__ import annotations
 
-import io
-import os
 import re
 import shlex
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
+from clustertrain.files import printable
 
-from . import ssh
+from . import ssh, unpack
 from .record import Remote, run_words
 
 RECONNECT_S, RECONNECT_WITHIN_S = 2.0, 60.0
@@ -132,36 +130,21 @@ def fetch(
     remote: Remote, here: Path, names: Sequence[str] = _DRAWN, limit: int = FETCH_LIMIT
 ) -> None:
     """Copy the plain files of the host's run folder that ``names`` match (``find -name``
-    patterns: what ``plot`` draws, unless said) into ``here``; at most ``limit`` bytes."""
+    patterns: what ``plot`` draws, unless said) into ``here``; at most ``limit`` bytes, as
+    sent and as unpacked (:mod:`.unpack`: whatever the host sends is checked whole here)."""
     matched = " -o ".join(f"-name {shlex.quote(name)}" for name in names)
     script = f"cd {shlex.quote(remote.run_dir)} && "
     script += f"find . -type f \\( {matched} \\) -print0 | tar -c --null -T - | head -c {limit + 1}"
     done = ssh.run(remote.host, [], raw=script)
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
-        raise UserError(f"host: {remote.host}: cannot read {remote.run_dir}: {said[-1][:200]}")
+        raise UserError(
+            f"host: {remote.host}: cannot read {printable(remote.run_dir)}: "
+            f"{printable(said[-1][:200])}"
+        )
     if len(done.stdout) > limit:
         raise UserError(f"host: {remote.host}: {remote.run_dir}: over {limit} bytes to fetch")
     try:
-        with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-            _extract_files(tar, here)
-    except tarfile.TarError as error:
-        raise UserError(f"host: {remote.host}: {remote.run_dir}: {error}") from None
-
-
-def _extract_files(tar: tarfile.TarFile, here: Path) -> None:
-    """The plain files of ``tar`` written inside ``here``; anything else (a link, a device, a
-    name that is absolute or climbs with ``..``) is skipped. By hand: Debian 12's Python
-    (3.11.2) has no ``extractall(filter="data")``."""
-    for member in tar:
-        parts = [part for part in PurePosixPath(member.name).parts if part != "."]
-        if not member.isreg() or not parts or parts[0] == "/" or ".." in parts:
-            continue
-        source = tar.extractfile(member)
-        if source is None:
-            continue
-        target = here.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)  # a new file of this user's, never through a link
-        with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-            out.write(source.read(member.size))
+        unpack.unpack(done.stdout, here, unpack.Limits(unpacked=limit))
+    except unpack.UnpackError as error:
+        raise UserError(f"host: {remote.host}: {printable(remote.run_dir)}: {error}") from None
