@@ -31,15 +31,27 @@ RECONNECT_S, RECONNECT_WITHIN_S = 2.0, 60.0
 _SOURCE = re.compile(r"^(\S+ \S+) [|!] ")
 _ENDED = re.compile(r"^clustertrain: job \S+ ended \S+$")
 _SAID_BYTES = 64 << 10
+LINE_BYTES = 1 << 20  # a longer line of the host's is printed in pieces of this many bytes
 
 
 def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
     """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status."""
     words = [remote.clustertrain, command, *run_words(remote), *args]
-    done = subprocess.run(ssh.argv(remote.host, words), check=False)
-    if done.returncode in (127, 255):
-        ssh.fail(remote.host, words, done.returncode, "")
-    return done.returncode
+    with (
+        tempfile.TemporaryFile() as said,  # a file: a full pipe would stop the host's lines
+        subprocess.Popen(ssh.argv(remote.host, words), stdout=subprocess.PIPE, stderr=said) as proc,
+    ):
+        assert proc.stdout is not None
+        while raw := proc.stdout.readline(LINE_BYTES):  # the host's words: input, escaped
+            print(printable(raw.decode("utf-8", "replace").rstrip("\n")), flush=True)
+        proc.wait()
+        said.seek(0)
+        told = said.read(_SAID_BYTES).decode("utf-8", "replace")
+    if proc.returncode in (127, 255):
+        ssh.fail(remote.host, words, proc.returncode, told)
+    for line in told.splitlines():
+        print(printable(line), file=sys.stderr)
+    return proc.returncode
 
 
 class Streamed:
@@ -76,12 +88,11 @@ class Streamed:
         argv = ssh.argv(self.remote.host, self.words)
         with (
             tempfile.TemporaryFile() as said,  # a file: a full pipe would stop the host's lines
-            subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=said, text=True, errors="replace"
-            ) as proc,
+            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=said) as proc,
         ):
             assert proc.stdout is not None
-            for line in proc.stdout:
+            while raw := proc.stdout.readline(LINE_BYTES):  # a line of 2 GB: held in pieces
+                line = printable(raw.decode("utf-8", "replace").rstrip("\n")) + "\n"
                 source = m[1] if (m := _SOURCE.match(line)) else ""
                 seen[source] += 1
                 if seen[source] > printed[source]:
@@ -96,7 +107,7 @@ class Streamed:
         """What ssh and the host said on stderr, but the job's end when the caller says it."""
         for line in said.splitlines():
             if self.say_end or not _ENDED.match(line):
-                print(line, file=sys.stderr)
+                print(printable(line), file=sys.stderr)
 
     def _reconnected(self) -> bool:
         """Whether the host answers again within ``RECONNECT_WITHIN_S`` (ssh's words unshown)."""
@@ -135,15 +146,13 @@ def fetch(
     matched = " -o ".join(f"-name {shlex.quote(name)}" for name in names)
     script = f"cd {shlex.quote(remote.run_dir)} && "
     script += f"find . -type f \\( {matched} \\) -print0 | tar -c --null -T - | head -c {limit + 1}"
-    done = ssh.run(remote.host, [], raw=script)
+    done = ssh.run(remote.host, [], raw=script, limit=limit, what="the files to fetch")
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
         raise UserError(
             f"host: {remote.host}: cannot read {printable(remote.run_dir)}: "
             f"{printable(said[-1][:200])}"
         )
-    if len(done.stdout) > limit:
-        raise UserError(f"host: {remote.host}: {remote.run_dir}: over {limit} bytes to fetch")
     try:
         unpack.unpack(done.stdout, here, unpack.Limits(unpacked=limit))
     except unpack.UnpackError as error:
