@@ -35,6 +35,10 @@ PREPARE_LOG = protocol.PREPARE_LOG
 DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_RECORD_BYTES = 64 << 10
+# The time new_run_dir puts in a folder's name, and how far two clocks (this one, a login
+# node's) may disagree before a time is taken for a forged one.
+_STAMP = re.compile(r"-([0-9]{8}-[0-9]{6})-[0-9a-f]{6}$")
+CLOCK_SKEW_S = 300.0
 
 
 def runs_root(flag: str | None) -> Path:
@@ -308,6 +312,34 @@ def all_runs(root: Path, warn: Callable[[str], None] | None = None) -> list[Run]
     return sorted(runs, key=lambda r: (r.submitted_at, r.path.name), reverse=True)
 
 
+def _yours(path: Path) -> bool:
+    try:
+        return os.lstat(path).st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def _plausible(run: Run, now: float) -> bool:
+    """Whether ``run`` may be the newest: recorded at a time that has come (a clock's skew
+    aside), no earlier than the time its folder's name says it was made (new_run_dir)."""
+    try:
+        submitted = datetime.fromisoformat(run.submitted_at)
+        if submitted.tzinfo is None:
+            return False
+    except ValueError:
+        return False
+    if submitted.timestamp() > now + CLOCK_SKEW_S:
+        return False
+    named = _STAMP.search(run.path.name)
+    if named is None:
+        return True  # a folder named by hand: no time of its own to check
+    try:
+        made = datetime.strptime(named[1], "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return False
+    return made.timestamp() <= submitted.timestamp() + CLOCK_SKEW_S
+
+
 def find_run(root: Path, ref: str) -> Run:
     """The run a user means: ``last``, a job id (the newest run with it) or a run folder."""
     if ref != "last" and not _any_job_id(ref) and Path(ref).name not in ("", ".", ".."):
@@ -316,11 +348,15 @@ def find_run(root: Path, ref: str) -> Run:
         with contextlib.suppress(OSError):  # e.g. a name too long for the filesystem
             if folder.parent == root and not folder.is_symlink() and (folder / RECORD).exists():
                 return read_run(folder)
-    runs = all_runs(root)
+    # A teammate in a shared runs root can write folders beside yours: their claims (a job id
+    # of yours, a time in 9999) must not make `last` or an id mean their folder.
+    runs = [run for run in all_runs(root) if _yours(run.path)]
     if ref == "last":
-        if not runs:
-            raise UserError(f"JOB: no jobs recorded under {root}; submit one first")
-        return runs[0]
+        now = time.time()
+        plausible = [run for run in runs if _plausible(run, now)]
+        if not plausible:
+            raise UserError(f"JOB: no jobs of yours recorded under {root}; submit one first")
+        return plausible[0]
     if _any_job_id(ref):
         array, _, number = ref.partition("_")
         for run in runs:
@@ -330,7 +366,9 @@ def find_run(root: Path, ref: str) -> Run:
                 if int(number) in sweeps.read_table(run.path):
                     return task(run, int(number))
                 raise UserError(f"JOB: array {array} has no task {number}; see `results {array}`")
-        raise UserError(f"JOB: no job {ref} recorded under {root}; see `clustertrain list`")
+        raise UserError(
+            f"JOB: no job {ref} of yours recorded under {root}; see `clustertrain list`"
+        )
     raise UserError(
         f"JOB: {printable(repr(ref))[:80]} is neither a job id, 'last' nor a run folder "
         f"under {root}"

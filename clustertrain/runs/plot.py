@@ -11,6 +11,7 @@ goodput (:mod:`clustertrain.runs.timeline`). matplotlib is imported here only.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,13 +71,18 @@ def draw(run: Run, out: Path, warn: Warn = None) -> Path:
             ax.legend(fontsize=8, loc="best")
     fig.suptitle(title, fontsize=13)
     # Written beside, then renamed over the name: a symlink planted at the name (a run folder
-    # is anyone's to write) is replaced, never written through.
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    # is anyone's to write) is replaced, never written through; the file beside is a new one
+    # of a name nobody could guess (mkstemp: O_EXCL, 0600), never one planted there.
+    fd, partial = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    mask = os.umask(0o077)
+    os.umask(mask)
     try:
-        fig.savefig(partial, dpi=100, format="png")
+        os.fchmod(fd, 0o666 & ~mask)  # readable as any file savefig made, once whole
+        with os.fdopen(fd, "wb") as handle:
+            fig.savefig(handle, dpi=100, format="png")
         os.replace(partial, out)
     finally:
-        partial.unlink(missing_ok=True)
+        Path(partial).unlink(missing_ok=True)
         plt.close(fig)
     return out
 
