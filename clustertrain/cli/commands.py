@@ -26,6 +26,7 @@ from clustertrain.cli.options import (
     spec_options,
 )
 from clustertrain.errors import UserError
+from clustertrain.files import printable
 from clustertrain.version import __version__
 
 _EPILOG_SUBMIT = """\b
@@ -244,7 +245,7 @@ def logs(
     if not follow:
         failure = joblogs.first_failure(run) if errors else None
         for line in failure.lines() if failure else []:
-            click.echo(line)
+            click.echo(printable(line))  # the launcher's report: a run folder's, input
         for line in joblogs.read_all(run, filters):
             click.echo(line)
         return
