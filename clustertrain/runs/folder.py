@@ -46,8 +46,14 @@ def runs_root(flag: str | None) -> Path:
     root = Path(flag or os.environ.get("CLUSTERTRAIN_RUNS_DIR") or DEFAULT_RUNS_DIR).absolute()
     if not str(root).isprintable() or "%" in str(root):
         raise UserError(
-            f"runs dir: {str(root)!r} is not usable by Slurm (no '%' or control "
+            f"runs dir: {str(root)[:100]!r} is not usable by Slurm (no '%' or control "
             "characters); pick another with --runs-dir"
+        )
+    # A name the filesystem cannot hold would fail every later call (ENAMETOOLONG) instead.
+    if len(os.fsencode(root)) > 3000 or any(len(os.fsencode(p)) > 255 for p in root.parts):
+        raise UserError(
+            f"runs dir: {str(root)[:60]!r}... is longer than a file name may be (255 bytes a "
+            "part); pick another with --runs-dir"
         )
     return root
 
@@ -101,16 +107,20 @@ class Run:
     def events_path(self) -> Path:
         return self.path / protocol.EVENTS_FILE
 
-    def events(self, warn: Callable[[str], None] | None = None) -> list[events.Event]:
+    def events(
+        self, warn: Callable[[str], None] | None = None, most: int | None = None
+    ) -> list[events.Event]:
         """The job's events within its own time window: from a minute before it was submitted
         to a minute from now. What is left out (a line that is no event, a value that is not
-        finite, a time outside the window) is said once through ``warn``."""
+        finite, a time outside the window) is said once through ``warn``. ``most``: about
+        how many of each frequent event (``metrics``, ``step``) a picture needs
+        (:func:`clustertrain.rank.events.scan`)."""
         try:
             submitted = datetime.fromisoformat(self.submitted_at).timestamp()
         except ValueError:
             submitted = -math.inf
         window = (submitted - 60, time.time() + 60)
-        found, dropped = events.scan(self.events_path, *window, within=self.folder)
+        found, dropped = events.scan(self.events_path, *window, within=self.folder, most=most)
         if dropped and warn is not None:
             warn(
                 f"{self.events_path}: {dropped} line(s) left out: not an event, a value that is "

@@ -38,6 +38,8 @@ MARKS = {
     events.STRAGGLER: "yD",
     events.RESTARTED: "m>",
 }
+# How many points of each curve a picture draws at most (a million steps: a line of pixels).
+POINTS = 5000
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {
     "queued": "#d9d9d9",
@@ -88,7 +90,7 @@ def draw(run: Run, out: Path, warn: Warn = None) -> Path:
 
 
 def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: Warn) -> str:
-    found = run.events(warn)
+    found = run.events(warn, POINTS)
     runs = timeline.attempts(found)
     origin = min((e.time for e in found), default=0.0)
     for attempt in runs:
@@ -107,7 +109,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn
     """Every task's curves, labelled with its parameters; a lane per task."""
     table = sweeps.read_table(run.path)
     views = tasks(run)
-    found = {view.job_id: view.events(warn) for view in views}
+    found = {view.job_id: view.events(warn, POINTS) for view in views}
     origin = min((e.time for seen in found.values() for e in seen), default=0.0)
     lanes = fig.add_subplot(grid[-1, :])
     every: list[timeline.Attempt] = []

@@ -37,8 +37,9 @@ CONNECT_TIMEOUT_S = 15
 ANSWER_BYTES, SAID_BYTES = 1 << 20, 64 << 10
 
 
-def check_host(host: str) -> str:
-    if not _HOST.fullmatch(host) or host.startswith("-"):
+def check_host(host: object) -> str:
+    # A value of the Python API (notebook_launcher(host=42)) is checked as a flag's would be.
+    if not isinstance(host, str) or not _HOST.fullmatch(host) or host.startswith("-"):
         raise FieldError(
             "host",
             host,
