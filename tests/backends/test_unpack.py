@@ -63,6 +63,8 @@ REFUSED: list[tuple[str, list[tuple[str, bytes, str]]]] = [
     ("a newline", [("./a\nb", b"x", REG)]),
     ("a file and a folder", [("./a", b"x", REG), ("./a/b", b"x", REG)]),
     ("a name twice", [("./a", b"x", REG), ("./a", b"y", REG)]),
+    ("an empty name", [("", b"x", REG)]),  # found by the property test
+    ("the run folder as a file", [(".", b"x", REG)]),
 ]
 
 

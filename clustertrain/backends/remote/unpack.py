@@ -102,6 +102,8 @@ def _checked(
                 "nothing was written"
             )
         parts = _parts(member.name, limits.name_bytes)
+        if not parts and not member.isdir():  # a file named "" or ".": the run folder itself
+            raise UnpackError(f"{_shown(member.name)}: not a file's name; nothing was written")
         if member.isdir():
             folders.update(parts[:end] for end in range(1, len(parts) + 1))
         elif member.isreg() and not member.issparse() and member.type != tarfile.CONTTYPE:
