@@ -142,8 +142,9 @@ _FREQUENT = tuple(f'"event": "{name}"' for name in ("metrics", "step"))
 
 def _thinned(lines: list[str], most: int) -> Iterator[str]:
     """``lines`` less all but every k-th ``metrics`` (and ``step``) line, k per kind so that
-    about ``most`` of each are kept; the last one of a kind before any line kept, and the very
-    last, are kept too: each attempt's progress ends where it ended."""
+    about ``most`` of each are kept; the first one of a kind after another event, the last one
+    before any line kept, and the very last, are kept too: each stretch of progress starts and
+    ends where it did (start-up ends at the first step; the time lost ends at the last)."""
     kinds = [next((k for k, mark in enumerate(_FREQUENT) if mark in line), -1) for line in lines]
     every = [max(1, kinds.count(k) // max(most, 1)) for k in range(len(_FREQUENT))]
     held: dict[int, tuple[int, str]] = {}  # per kind, the last line skipped, and where
@@ -151,10 +152,12 @@ def _thinned(lines: list[str], most: int) -> Iterator[str]:
     for number, (line, kind) in enumerate(zip(lines, kinds, strict=True)):
         if kind >= 0:
             seen[kind] += 1
-            if seen[kind] % every[kind]:
+            if seen[kind] > 1 and seen[kind] % every[kind]:
                 held[kind] = (number, line)
                 continue
             held.pop(kind, None)
+        else:
+            seen = [0] * len(_FREQUENT)  # after another event, the first of each is kept
         yield from _flushed(held)  # before this line: the events stay in file order
         yield line
     yield from _flushed(held)

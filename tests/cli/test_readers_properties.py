@@ -7,6 +7,7 @@ named corpus is tests/cli/test_hostile_input.py and tests/cli/test_hostile_parse
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import tarfile
 from pathlib import Path
@@ -229,5 +230,8 @@ def test_thinning_keeps_the_file_order_every_other_event_and_the_last(
     assert [e for e in kept if e.name not in ("metrics", "step")] == others
     if every:
         assert kept[-1] == every[-1]
+    for before, after in itertools.pairwise(every):  # the first progress after another event
+        if before.name not in ("metrics", "step") and after.name in ("metrics", "step"):
+            assert after in kept
     for name in ("metrics", "step"):
         assert sum(e.name == name for e in kept) <= 2 * most + len(others) + 2 or not names
