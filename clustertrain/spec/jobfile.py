@@ -62,11 +62,15 @@ def _loader() -> type:
     return Loader
 
 
-def _construct_int(loader: Any, node: Any) -> int:
+def _construct_int(loader: Any, node: Any) -> int | Plain:
     # An explicit !!int is bounded before it is converted: 0x and 5,000 hex digits convert,
     # and then cannot be printed (Python's 4,300-digit limit), far from where it was read.
-    if len(str(node.value)) > MAX_INT_CHARS:
-        raise ValueError("an integer too long")
+    # Longer, it stays the text it is, which each field then checks as it would any text (a
+    # number field refuses it, naming itself; args' length bound refuses it). A decimal one
+    # is bounded by Python itself: past 4,300 digits int() refuses it before converting.
+    text = str(node.value)
+    if len(text) > MAX_INT_CHARS and not text.lstrip("+-").replace("_", "").isdigit():
+        return Plain(text)
     value: int = loader.construct_yaml_int(node)
     return value
 
