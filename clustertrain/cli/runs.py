@@ -53,20 +53,20 @@ def status(job: str, as_json: bool, why: bool, runs_dir: str | None) -> None:
         return
     report = attached.status(warn)  # what became of it, and why (clustertrain.runs.report)
     state = report.state
-    click.echo(f"job {run.job_id} ({printable(run.name)}): {state.state}")
+    _say(f"job {run.job_id} ({run.name}): {state.state}")
     if why:
         for line in report.why_lines() or ["no failure: nothing to explain"]:
-            click.echo(f"  {line}")
+            _say(f"  {line}")
         return
-    click.echo(
+    _say(
         f"  nodes: {state.nodes or '-'}   elapsed: {state.elapsed or '-'}   "
         f"restarts: {state.restarts}"
     )
     if state.reason:
-        click.echo(f"  reason: {state.reason}")
-    click.echo(f"  run folder: {run.path}")
+        _say(f"  reason: {state.reason}")
+    _say(f"  run folder: {run.path}")
     for line in report.lines():
-        click.echo(f"  {line}")
+        _say(f"  {line}")
 
 
 def _sweep_status(job: Job) -> None:
@@ -76,17 +76,23 @@ def _sweep_status(job: Job) -> None:
     run = job.run
     report = job.status(warn)
     state = report.state
-    click.echo(f"sweep {run.job_id} ({printable(run.name)}): {state.state} ({state.counts()})")
-    click.echo(f"  run folder: {run.path}")
+    _say(f"sweep {run.job_id} ({run.name}): {state.state} ({state.counts()})")
+    _say(f"  run folder: {run.path}")
     for line in report.source_lines():
-        click.echo(f"  {line}")
+        _say(f"  {line}")
     for row in sorted(results.rows(run, state, warn), key=lambda r: r.task):
         said = f", {row.metric} {row.value:.6g}" if row.value is not None else ""
-        params = printable(" ".join(f"{k}={v}" for k, v in row.params.items()))
-        click.echo(f"  task {row.task} ({params}): {row.state}{said}")
+        params = " ".join(f"{k}={v}" for k, v in row.params.items())
+        _say(f"  task {row.task} ({params}): {row.state}{said}")
     click.echo(
         f"  one task: clustertrain status {run.job_id}_K; all: clustertrain results {run.job_id}"
     )
+
+
+def _say(line: str) -> None:
+    """A line of ``status``: what it says comes from run folders, Slurm and events, which
+    anyone who can write there may craft; escaped once, here, whatever said it."""
+    click.echo(printable(line))
 
 
 @click.command(

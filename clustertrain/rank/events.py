@@ -22,6 +22,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ NAMES = (
 MILESTONES = ("rendezvous", "data_ready")
 MAX_BYTES = 64 << 20
 MAX_VALUES = 64
+# A value an event may carry (a step, a loss), as far as a 64-bit integer goes: 1e308 is
+# finite, and still breaks every axis drawn of it. Times are bounded by each reader's window.
+MAX_MAGNITUDE = 1e18
 _TEXTS = ("nodes", "why", "status")
 _META = ("time", "event", "attempt")
 
@@ -112,24 +116,63 @@ def scan(
     end: float = math.inf,
     max_bytes: int = MAX_BYTES,
     within: Path | None = None,
+    most: int | None = None,
 ) -> tuple[list[Event], int]:
     """The well-formed events of ``path`` whose time lies in [start, end], in file order, and
     how many non-empty lines were left out: not an event, a value that is not a finite
     number, or a time outside the window (one line of ``"time": 1e308`` would otherwise
     stretch every timeline drawn from the file to 10^308 seconds). ``within``: the run folder
-    that holds ``path``, as :func:`clustertrain.files.open_regular` takes it."""
+    that holds ``path``, as :func:`clustertrain.files.open_regular` takes it. With ``most``
+    (a picture's points), ``metrics`` lines are thinned as they are read to about that many
+    (:func:`_thinned`): a million of them would take a minute to parse, and a plot can show a
+    few thousand."""
     try:
         data = read_regular(path, max_bytes, True, within).decode("utf-8", "replace")
     except RunFolderError:
         return [], 0
+    lines = data.splitlines()
     found, dropped = [], 0
-    for line in data.splitlines():
+    for line in _thinned(lines, most) if most else lines:
         event = parse(line)
         if event is not None and start <= event.time <= end:
             found.append(event)
         elif line.strip():
             dropped += 1
     return found, dropped
+
+
+# How the lines of the events a job says most often look (json.dumps' own separators): a
+# cheap test only ever used to skip a line, never to take one.
+_FREQUENT = tuple(f'"event": "{name}"' for name in ("metrics", "step"))
+
+
+def _thinned(lines: list[str], most: int) -> Iterator[str]:
+    """``lines`` less all but every k-th ``metrics`` (and ``step``) line, k per kind so that
+    about ``most`` of each are kept; the first one of a kind after another event, the last one
+    before any line kept, and the very last, are kept too: each stretch of progress starts and
+    ends where it did (start-up ends at the first step; the time lost ends at the last)."""
+    kinds = [next((k for k, mark in enumerate(_FREQUENT) if mark in line), -1) for line in lines]
+    every = [max(1, kinds.count(k) // max(most, 1)) for k in range(len(_FREQUENT))]
+    held: dict[int, tuple[int, str]] = {}  # per kind, the last line skipped, and where
+    seen = [0] * len(_FREQUENT)
+    for number, (line, kind) in enumerate(zip(lines, kinds, strict=True)):
+        if kind >= 0:
+            seen[kind] += 1
+            if seen[kind] > 1 and seen[kind] % every[kind]:
+                held[kind] = (number, line)
+                continue
+            held.pop(kind, None)
+        else:
+            seen = [0] * len(_FREQUENT)  # after another event, the first of each is kept
+        yield from _flushed(held)  # before this line: the events stay in file order
+        yield line
+    yield from _flushed(held)
+
+
+def _flushed(held: dict[int, tuple[int, str]]) -> list[str]:
+    lines = [line for _, line in sorted(held.values())]
+    held.clear()
+    return lines
 
 
 def parse(line: str) -> Event | None:
@@ -147,7 +190,8 @@ def parse(line: str) -> Event | None:
     # A value that is not a finite number under a metric's name drops its event: a picture
     # drawn from half an event would be as wrong as one drawn from a bogus one.
     if len(numbers) > MAX_VALUES or not all(
-        METRIC_NAME.fullmatch(k) and _number(v) for k, v in numbers.items()
+        METRIC_NAME.fullmatch(k) and _number(v) and abs(v) <= MAX_MAGNITUDE
+        for k, v in numbers.items()
     ):
         return None
     texts = {k: raw[k][:200] for k in _TEXTS if isinstance(raw.get(k), str)}

@@ -35,6 +35,10 @@ PREPARE_LOG = protocol.PREPARE_LOG
 DEFAULT_RUNS_DIR = "runs"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_RECORD_BYTES = 64 << 10
+# The time new_run_dir puts in a folder's name, and how far two clocks (this one, a login
+# node's) may disagree before a time is taken for a forged one.
+_STAMP = re.compile(r"-([0-9]{8}-[0-9]{6})-[0-9a-f]{6}$")
+CLOCK_SKEW_S = 300.0
 
 
 def runs_root(flag: str | None) -> Path:
@@ -42,8 +46,14 @@ def runs_root(flag: str | None) -> Path:
     root = Path(flag or os.environ.get("CLUSTERTRAIN_RUNS_DIR") or DEFAULT_RUNS_DIR).absolute()
     if not str(root).isprintable() or "%" in str(root):
         raise UserError(
-            f"runs dir: {str(root)!r} is not usable by Slurm (no '%' or control "
+            f"runs dir: {str(root)[:100]!r} is not usable by Slurm (no '%' or control "
             "characters); pick another with --runs-dir"
+        )
+    # A name the filesystem cannot hold would fail every later call (ENAMETOOLONG) instead.
+    if len(os.fsencode(root)) > 3000 or any(len(os.fsencode(p)) > 255 for p in root.parts):
+        raise UserError(
+            f"runs dir: {str(root)[:60]!r}... is longer than a file name may be (255 bytes a "
+            "part); pick another with --runs-dir"
         )
     return root
 
@@ -97,16 +107,20 @@ class Run:
     def events_path(self) -> Path:
         return self.path / protocol.EVENTS_FILE
 
-    def events(self, warn: Callable[[str], None] | None = None) -> list[events.Event]:
+    def events(
+        self, warn: Callable[[str], None] | None = None, most: int | None = None
+    ) -> list[events.Event]:
         """The job's events within its own time window: from a minute before it was submitted
         to a minute from now. What is left out (a line that is no event, a value that is not
-        finite, a time outside the window) is said once through ``warn``."""
+        finite, a time outside the window) is said once through ``warn``. ``most``: about
+        how many of each frequent event (``metrics``, ``step``) a picture needs
+        (:func:`clustertrain.rank.events.scan`)."""
         try:
             submitted = datetime.fromisoformat(self.submitted_at).timestamp()
         except ValueError:
             submitted = -math.inf
         window = (submitted - 60, time.time() + 60)
-        found, dropped = events.scan(self.events_path, *window, within=self.folder)
+        found, dropped = events.scan(self.events_path, *window, within=self.folder, most=most)
         if dropped and warn is not None:
             warn(
                 f"{self.events_path}: {dropped} line(s) left out: not an event, a value that is "
@@ -308,6 +322,34 @@ def all_runs(root: Path, warn: Callable[[str], None] | None = None) -> list[Run]
     return sorted(runs, key=lambda r: (r.submitted_at, r.path.name), reverse=True)
 
 
+def _yours(path: Path) -> bool:
+    try:
+        return os.lstat(path).st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def _plausible(run: Run, now: float) -> bool:
+    """Whether ``run`` may be the newest: recorded at a time that has come (a clock's skew
+    aside), no earlier than the time its folder's name says it was made (new_run_dir)."""
+    try:
+        submitted = datetime.fromisoformat(run.submitted_at)
+        if submitted.tzinfo is None:
+            return False
+    except ValueError:
+        return False
+    if submitted.timestamp() > now + CLOCK_SKEW_S:
+        return False
+    named = _STAMP.search(run.path.name)
+    if named is None:
+        return True  # a folder named by hand: no time of its own to check
+    try:
+        made = datetime.strptime(named[1], "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return False
+    return made.timestamp() <= submitted.timestamp() + CLOCK_SKEW_S
+
+
 def find_run(root: Path, ref: str) -> Run:
     """The run a user means: ``last``, a job id (the newest run with it) or a run folder."""
     if ref != "last" and not _any_job_id(ref) and Path(ref).name not in ("", ".", ".."):
@@ -316,11 +358,15 @@ def find_run(root: Path, ref: str) -> Run:
         with contextlib.suppress(OSError):  # e.g. a name too long for the filesystem
             if folder.parent == root and not folder.is_symlink() and (folder / RECORD).exists():
                 return read_run(folder)
-    runs = all_runs(root)
+    # A teammate in a shared runs root can write folders beside yours: their claims (a job id
+    # of yours, a time in 9999) must not make `last` or an id mean their folder.
+    runs = [run for run in all_runs(root) if _yours(run.path)]
     if ref == "last":
-        if not runs:
-            raise UserError(f"JOB: no jobs recorded under {root}; submit one first")
-        return runs[0]
+        now = time.time()
+        plausible = [run for run in runs if _plausible(run, now)]
+        if not plausible:
+            raise UserError(f"JOB: no jobs of yours recorded under {root}; submit one first")
+        return plausible[0]
     if _any_job_id(ref):
         array, _, number = ref.partition("_")
         for run in runs:
@@ -330,7 +376,9 @@ def find_run(root: Path, ref: str) -> Run:
                 if int(number) in sweeps.read_table(run.path):
                     return task(run, int(number))
                 raise UserError(f"JOB: array {array} has no task {number}; see `results {array}`")
-        raise UserError(f"JOB: no job {ref} recorded under {root}; see `clustertrain list`")
+        raise UserError(
+            f"JOB: no job {ref} of yours recorded under {root}; see `clustertrain list`"
+        )
     raise UserError(
         f"JOB: {printable(repr(ref))[:80]} is neither a job id, 'last' nor a run folder "
         f"under {root}"

@@ -12,6 +12,7 @@ imported here only.
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,8 @@ MARKS = {
     events.STRAGGLER: "yD",
     events.RESTARTED: "m>",
 }
+# How many points of each curve a picture draws at most (a million steps: a line of pixels).
+POINTS = 5000
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 PHASE_COLOURS = {
     "queued": "#d9d9d9",
@@ -73,13 +76,18 @@ def draw(run: Run, out: Path, warn: Warn = None, cause: str | None = None) -> Pa
             ax.legend(fontsize=8, loc="best")
     fig.suptitle(titled(title, cause), fontsize=13)
     # Written beside, then renamed over the name: a symlink planted at the name (a run folder
-    # is anyone's to write) is replaced, never written through.
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    # is anyone's to write) is replaced, never written through; the file beside is a new one
+    # of a name nobody could guess (mkstemp: O_EXCL, 0600), never one planted there.
+    fd, partial = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    mask = os.umask(0o077)
+    os.umask(mask)
     try:
-        fig.savefig(partial, dpi=100, format="png")
+        os.fchmod(fd, 0o666 & ~mask)  # readable as any file savefig made, once whole
+        with os.fdopen(fd, "wb") as handle:
+            fig.savefig(handle, dpi=100, format="png")
         os.replace(partial, out)
     finally:
-        partial.unlink(missing_ok=True)
+        Path(partial).unlink(missing_ok=True)
         plt.close(fig)
     return out
 
@@ -93,7 +101,7 @@ def titled(title: str, cause: str | None) -> str:
 
 
 def _job(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn: Warn) -> str:
-    found = run.events(warn)
+    found = run.events(warn, POINTS)
     runs = timeline.attempts(found)
     origin = min((e.time for e in found), default=0.0)
     for attempt in runs:
@@ -112,7 +120,7 @@ def _sweep(fig: Any, grid: Any, axes: dict[tuple[str, str], Any], run: Run, warn
     """Every task's curves, labelled with its parameters; a lane per task."""
     table = sweeps.read_table(run.path)
     views = tasks(run)
-    found = {view.job_id: view.events(warn) for view in views}
+    found = {view.job_id: view.events(warn, POINTS) for view in views}
     origin = min((e.time for seen in found.values() for e in seen), default=0.0)
     lanes = fig.add_subplot(grid[-1, :])
     spent = [goodput.goodput(seen) for seen in found.values()]

@@ -10,15 +10,23 @@ whose entry has not expired (``--exclude``; the dry run shows it and why), unles
 
 Every value is input, the record's and the run folders' alike: a node name is one Slurm node
 name (:data:`clustertrain.protocol.NODE_NAME`) or the record is refused in one line; it never
-reaches sbatch as anything but one name of ``--exclude``.
+reaches sbatch as anything but one name of ``--exclude``. A submission ignores a record that is
+not one, or not yours alone, with one warning (:func:`load_or_ignore`): never obeyed. The
+writer (:func:`save`) keeps within what the reader takes: the entries that last longest, the
+newest clears, none older than the expiry.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
 import re
+import stat
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,11 +34,11 @@ from typing import Any
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
-from clustertrain.files import RunFolderError, parse_json, printable, read_regular
+from clustertrain.files import RunFolderError, parse_json, printable, read_regular, write_private
 from clustertrain.rank import events
 
+from . import ENV_CONFIG_DIR, config_dir, read_setting
 from . import cluster_name as settings_cluster_name
-from . import config_dir, read_setting
 
 EXPIRY_S = 7 * 24 * 3600
 # How many of the newest run folders a submission reads, and how much of each events file.
@@ -87,6 +95,21 @@ class Record:
     cleared: dict[str, float]
 
 
+def load_or_ignore(path: Path, warn: Callable[[str], None] | None = None) -> Record:
+    """The record, or, where it is not one or not yours alone, an empty one and one line to
+    ``warn`` (standard error unless said): a record a teammate could have written is never
+    obeyed, and a broken one stops no submission."""
+    try:
+        return load(path)
+    except UserError as error:
+        line = f"ignoring your node record: {error}"
+        if warn is None:
+            print(f"clustertrain: warning: {line}", file=sys.stderr)
+        else:
+            warn(line)
+        return Record([], {})
+
+
 def load(path: Path) -> Record:
     """The record; an empty one without a file. One that is not a record is refused."""
     if not path.exists():
@@ -132,16 +155,48 @@ def _entry(item: Any) -> Entry:
     return Entry(_name(item["node"]), why, job, _time(item["until"]))
 
 
-def save(path: Path, record: Record) -> None:
-    """Write the record whole (a temporary file renamed over it), readable by you only."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        entries = [asdict(e) for e in record.entries]
-        json.dump({"entries": entries, "cleared": record.cleared}, handle, indent=1)
-        handle.write("\n")
-    os.replace(tmp, path)
+def save(path: Path, record: Record, now: float | None = None) -> None:
+    """Write the record whole (a temporary file renamed over it), readable by you only, as
+    :func:`load` reads it back: at most :data:`MAX_ENTRIES` entries (the ones that last
+    longest) and clears (the newest; one older than :data:`EXPIRY_S` holds back no event that
+    has not expired), in a folder of yours alone. Anything else is one line."""
+    kept = trimmed(record, now)
+    text = json.dumps({"entries": [asdict(e) for e in kept.entries], "cleared": kept.cleared},
+                      indent=1, ensure_ascii=False) + "\n"  # fmt: skip
+    try:
+        _own_folder(path.parent)
+        write_private(path, text.encode("utf-8"))
+    except OSError as error:
+        raise UserError(
+            f"node record: cannot write {path} ({error.strerror}); check ${ENV_CONFIG_DIR} "
+            "and $XDG_CONFIG_HOME"
+        ) from None
+
+
+def trimmed(record: Record, now: float | None = None) -> Record:
+    """``record`` as the reader takes it: entries and clears within :data:`MAX_ENTRIES`."""
+    now = time.time() if now is None else now
+    entries = sorted(current(record.entries, now), key=lambda e: e.until, reverse=True)
+    entries = [dataclasses.replace(e, why=e.why[:300], job=e.job[:64]) for e in entries]
+    cleared = sorted(
+        ((when, node) for node, when in record.cleared.items() if now - when < EXPIRY_S),
+        reverse=True,
+    )[:MAX_ENTRIES]
+    return Record(
+        sorted(entries[:MAX_ENTRIES], key=lambda e: e.node),
+        {node: when for when, node in sorted(cleared, key=lambda c: c[1])},
+    )
+
+
+def _own_folder(folder: Path) -> None:
+    """``folder`` made (0700) where missing; one that is not yours alone is refused, as the
+    reader would refuse the record in it."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    found = folder.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+        raise OSError(errno.EPERM, "not a folder of yours")
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        folder.chmod(0o700)
 
 
 def current(entries: list[Entry], now: float | None = None) -> list[Entry]:
@@ -220,9 +275,10 @@ def merged(record: Record, harvested: list[Entry]) -> Record:
     return Record(current([*record.entries, *taken]), record.cleared)
 
 
-def read(path: Path, runs_root: Path) -> Record:
-    """The record at ``path`` with what your run folders under ``runs_root`` say added."""
-    return merged(load(path), harvest(runs_root))
+def read(path: Path, runs_root: Path, warn: Callable[[str], None] | None = None) -> Record:
+    """The record at ``path`` (:func:`load_or_ignore`) with what your run folders under
+    ``runs_root`` say added."""
+    return merged(load_or_ignore(path, warn), harvest(runs_root))
 
 
 def clear(record: Record, nodes: list[str], now: float | None = None) -> Record:

@@ -65,6 +65,8 @@ def build(layers: Sequence[Layer], extra_args: Sequence[str] = ()) -> tuple[JobS
         given = {n: v for n, v in layer.values.items() if not (v is None and layer.unset_none)}
         resources.conflict(given)
         for name, value in given.items():
+            if name not in VALIDATORS:  # a keyword of the Python API, mistyped
+                raise unknown_field(name, value)
             checked = VALIDATORS[name](name, value)
             if isinstance(checked, Plain):  # a spec holds plain values (run folders dump them)
                 checked = str(checked)
@@ -99,10 +101,18 @@ def job_file_values(job_file: Mapping[str, Any] | None) -> Mapping[str, Any]:
     unknown = [key for key in job_file if key not in FIELDS]
     if unknown:
         key = min(unknown, key=str)
-        raise FieldError(
-            str(key), job_file[key], "unknown field; valid fields: " + ", ".join(FIELDS)
-        )
+        raise unknown_field(key, job_file[key])
     return job_file
+
+
+def unknown_field(key: object, value: object) -> FieldError:
+    """The one line for a key that is no field: the fields it resembles (difflib), else all."""
+    import difflib  # lazy: start-up time, only for a mistake
+
+    name = str(key)[:100]
+    close = difflib.get_close_matches(name, FIELDS, n=3, cutoff=0.6)
+    meant = f"did you mean {' or '.join(close)}? " if close else ""
+    return FieldError(name, value, f"unknown field; {meant}valid fields: " + ", ".join(FIELDS))
 
 
 def _merge_env(

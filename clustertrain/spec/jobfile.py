@@ -19,6 +19,7 @@ from typing import Any
 from clustertrain.errors import FieldError
 
 MAX_BYTES = 1 << 20
+MAX_INT_CHARS = 64  # an explicit !!int's text; no field or argument needs a longer one
 
 
 class Plain(str):
@@ -57,7 +58,21 @@ def _loader() -> type:
         list("tTfF"),
     )
     Loader.add_constructor("tag:yaml.org,2002:str", _construct_str)
+    Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
     return Loader
+
+
+def _construct_int(loader: Any, node: Any) -> int | Plain:
+    # An explicit !!int is bounded before it is converted: 0x and 5,000 hex digits convert,
+    # and then cannot be printed (Python's 4,300-digit limit), far from where it was read.
+    # Longer, it stays the text it is, which each field then checks as it would any text (a
+    # number field refuses it, naming itself; args' length bound refuses it). A decimal one
+    # is bounded by Python itself: past 4,300 digits int() refuses it before converting.
+    text = str(node.value)
+    if len(text) > MAX_INT_CHARS and not text.lstrip("+-").replace("_", "").isdigit():
+        return Plain(text)
+    value: int = loader.construct_yaml_int(node)
+    return value
 
 
 def _construct_str(loader: Any, node: Any) -> str:

@@ -468,3 +468,25 @@ def test_protocol_names_reach_the_rendered_script() -> None:
     job = render(job_spec(), "/r", "/w")
     for name in (protocol.ENV_REQUEUE_FILE, protocol.ENV_RDZV_TIMEOUT_S, protocol.ENV_OUT_DIR):
         assert f"export {name}=" in job.batch_script
+
+
+def test_every_line_of_status_is_printed_with_control_characters_escaped(
+    tmp_path: Path, fake_slurm: tuple[dict[str, str], Path]
+) -> None:
+    """Issue 49: the restart lines, lost nodes, reasons and the run folder's name that status
+    says come from events anyone who can write the folder may have crafted."""
+    env, _ = fake_slurm
+    root = Path(env["CLUSTERTRAIN_RUNS_DIR"])
+    folder = _record(root, "colour\x1b[2J", json.dumps({**GOOD, "name": "ok"}).encode())
+    title = "\x1b]0;pwned\x07"
+    for name, values in [
+        (events.STARTED, {}),
+        (events.NODE_LOST, {"nodes": f"node1{title}"}),
+        (events.RESTARTED, {"why": f"a fault{title}"}),
+        (events.ENDED, {"status": 1}),
+    ]:
+        events.append(folder / protocol.EVENTS_FILE, name, **values)
+    done = run_cli("status", "7", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr and "\x07" not in done.stdout
+    assert "colour\\x1b[2J" in done.stdout

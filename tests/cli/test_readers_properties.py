@@ -6,7 +6,10 @@ named corpus is tests/cli/test_hostile_input.py and tests/cli/test_hostile_parse
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +18,9 @@ from hypothesis import strategies as st
 
 from clustertrain import protocol
 from clustertrain.backends import remote
+from clustertrain.backends.remote import unpack
 from clustertrain.errors import FieldError, UserError
-from clustertrain.files import RunFolderError, parse_json
+from clustertrain.files import RunFolderError, parse_json, printable
 from clustertrain.node.plan import Plan, PlanError
 from clustertrain.rank import events
 from clustertrain.runs import Run, read_run
@@ -151,3 +155,83 @@ def test_a_plan_is_the_renderers_or_refused(tmp_path: Path, data: bytes) -> None
         Plan.read(path)
     except PlanError as exc:
         assert "\n" not in str(exc)
+
+
+# Issue 49: what a login node sends back, the lines clustertrain prints, the events a plot thins.
+_NAMES = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["a", "./a", "../a", "/etc/x", "a/../../b", "tasks/1/x", "job.json",
+                     "./remote.json", "a\x1b]0;x\x07", ".", "./", "a//b", "x" * 300]),
+)  # fmt: skip
+_KINDS = st.sampled_from([tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE,
+                          tarfile.CHRTYPE, tarfile.FIFOTYPE])  # fmt: skip
+
+
+def _tar_of(members: list[tuple[str, bytes, bytes]]) -> bytes:
+    made = io.BytesIO()
+    with tarfile.open(fileobj=made, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, kind, body in members:
+            member = tarfile.TarInfo(name)
+            member.type = kind
+            member.size = len(body) if kind == tarfile.REGTYPE else 0
+            member.linkname = "/etc/passwd" if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else ""
+            tar.addfile(member, io.BytesIO(body) if member.size else None)
+    return made.getvalue()
+
+
+@SETTINGS
+@given(st.one_of(
+    st.lists(st.tuples(_NAMES, _KINDS, st.binary(max_size=20)), max_size=6).map(_tar_of),
+    st.binary(max_size=600),
+))  # fmt: skip
+def test_a_tar_from_a_login_node_is_plain_files_inside_or_refused_whole(
+    tmp_path_factory: Any, data: bytes
+) -> None:
+    top = tmp_path_factory.mktemp("unpack")
+    here = top / "run"
+    here.mkdir()
+    (here / protocol.RECORD_FILE).write_text("mine")
+    try:
+        unpack.unpack(data, here)
+    except UserError as exc:
+        assert "\n" not in str(exc)
+        assert [p.name for p in here.iterdir()] == [protocol.RECORD_FILE]  # nothing written
+    assert (here / protocol.RECORD_FILE).read_text() == "mine"
+    assert [p.name for p in top.iterdir()] == ["run"]  # nothing outside the run folder
+    for path in here.rglob("*"):
+        assert not path.is_symlink() and (path.is_dir() or path.is_file())
+        assert path.name.isprintable() and not path.name.startswith(".unpack-")
+
+
+@SETTINGS
+@given(st.text())
+def test_printed_text_has_no_control_character_but_tabs(text: str) -> None:
+    shown = printable(text)
+    assert all(c.isprintable() or c == "\t" for c in shown)
+    assert printable(shown) == shown  # escaping twice changes nothing
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["metrics", "step", "checkpoint", "restarted", "ended"]),
+                max_size=300), st.integers(min_value=1, max_value=20))  # fmt: skip
+def test_thinning_keeps_the_file_order_every_other_event_and_the_last(
+    tmp_path_factory: Any, names: list[str], most: int
+) -> None:
+    path = tmp_path_factory.mktemp("events") / "events.jsonl"
+    path.write_text("".join(
+        json.dumps({"time": float(i), "event": name, "attempt": 0, "step": i}) + "\n"
+        for i, name in enumerate(names)
+    ))  # fmt: skip
+    every = events.read(path)
+    kept = events.scan(path, most=most)[0]
+    assert [e.time for e in kept] == sorted(e.time for e in kept)  # file order
+    assert {e.time for e in kept} <= {e.time for e in every}
+    others = [e for e in every if e.name not in ("metrics", "step")]
+    assert [e for e in kept if e.name not in ("metrics", "step")] == others
+    if every:
+        assert kept[-1] == every[-1]
+    for before, after in itertools.pairwise(every):  # the first progress after another event
+        if before.name not in ("metrics", "step") and after.name in ("metrics", "step"):
+            assert after in kept
+    for name in ("metrics", "step"):
+        assert sum(e.name == name for e in kept) <= 2 * most + len(others) + 2 or not names

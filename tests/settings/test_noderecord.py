@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -142,3 +143,77 @@ def test_bad_values_are_refused_in_one_line_with_status_2_and_nothing_written(
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("clustertrain: error: ") and done.stderr.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+# Issue 49: a record that is not yours alone, or not one, is ignored with one warning, never
+# obeyed; the writer never writes what the reader would refuse.
+
+
+def _dry_run(tmp_path: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    env = {"XDG_CONFIG_HOME": str(config), "SLURM_CONF": str(tmp_path / "none.conf")}
+    return run_cli("submit", "--nodes", "2", "--runs-dir", str(tmp_path / "runs"), "--dry-run",
+                   env=env)  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["group-writable", "another user's", "corrupt", "a symlink"])
+def test_a_record_not_yours_alone_or_not_one_is_ignored_with_one_warning(
+    tmp_path: Path, how: str
+) -> None:
+    config = tmp_path / "config"
+    _record(config, {"node": "node3", "why": "x", "job": "12", "until": time.time() + 3600})
+    path = config / "clustertrain" / "nodes" / "default.json"
+    if how == "group-writable":
+        path.chmod(0o664)
+    elif how == "another user's":
+        os.chown(path, 65534, 65534)
+    elif how == "corrupt":
+        path.write_text('{"entries": [{"node": "--exclude=all"}], "cleared": {}}')
+    else:
+        path.rename(tmp_path / "elsewhere.json")
+        path.symlink_to(tmp_path / "elsewhere.json")
+    shown = _dry_run(tmp_path, config)
+    assert shown.returncode == 0, shown.stderr
+    assert "--exclude" not in shown.stdout and "node3" not in shown.stdout
+    warned = [line for line in shown.stderr.splitlines() if "node record" in line]
+    assert len(warned) == 1 and warned[0].startswith("clustertrain: warning: ignoring your node")
+
+
+def test_the_writer_keeps_the_record_within_what_the_reader_takes(tmp_path: Path) -> None:
+    now = time.time()
+    many = [noderecord.Entry(f"node{i}", "x" * 400, "1" * 80, now + 60 + i) for i in range(1500)]
+    cleared = {f"node{i}": now - 60 - i for i in range(1500)}
+    cleared["old1"] = now - noderecord.EXPIRY_S - 1
+    path = tmp_path / "nodes" / "default.json"
+    noderecord.save(path, noderecord.Record(many, cleared), now)
+    back = noderecord.load(path)
+    assert len(back.entries) == noderecord.MAX_ENTRIES == len(back.cleared)
+    assert min(e.until for e in back.entries) == now + 60 + 500  # the longest-lasting kept
+    assert "node0" in back.cleared and "old1" not in back.cleared  # the newest clears kept
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_clearing_all_of_a_broken_record_leaves_a_valid_one(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    _record(config)
+    path = config / "clustertrain" / "nodes" / "default.json"
+    path.write_text("{nope")
+    env = {"XDG_CONFIG_HOME": str(config), "SLURM_CONF": str(tmp_path / "none.conf")}
+    done = run_cli("nodes", "clear", "--all", "--runs-dir", str(tmp_path / "runs"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert noderecord.load(path).entries == []
+
+
+@pytest.mark.parametrize("how", ["a file", "another user's folder"])
+def test_a_config_folder_that_cannot_hold_the_record_is_one_line(tmp_path: Path, how: str) -> None:
+    config = tmp_path / "config"
+    if how == "a file":
+        config.write_text("")
+    else:
+        (config / "clustertrain" / "nodes").mkdir(parents=True)
+        os.chown(config / "clustertrain" / "nodes", 65534, 65534)
+    env = {"XDG_CONFIG_HOME": str(config), "SLURM_CONF": str(tmp_path / "none.conf")}
+    done = run_cli("nodes", "clear", "node3", "--runs-dir", str(tmp_path / "runs"), env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("clustertrain: error: node record: ")
+    assert "Traceback" not in done.stderr
+    assert _dry_run(tmp_path, config).returncode == 0

@@ -5,6 +5,7 @@ snapshot.py  the code a remote job runs: ``git archive`` sent once, content-addr
 request.py   the backend's request (the login node's command line) and queueing it
 record.py    this side's record of such a run (``remote.json``), read back as input
 stream.py    what the login node answers: forwarded commands, ``logs --follow``, fetched files
+unpack.py    the one unpacker of the tars a login node sends back: checked whole, bounded
 doctor.py    ``doctor --host``
 backend.py   ``RemoteBackend``, the interface of ``clustertrain.backends.base``
 """

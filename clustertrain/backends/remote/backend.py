@@ -28,6 +28,9 @@ from .request import ERROR, Request
 from .stream import Streamed, fetch, forward
 from .stream import follow as follow_logs
 
+# A state (``status --json``) or a cancel's words are a few hundred bytes; a MiB is plenty.
+ANSWER_BYTES = 1 << 20
+
 if TYPE_CHECKING:
     from clustertrain.runs.logs import Filter
 
@@ -139,7 +142,7 @@ class RemoteBackend(Backend):
     def _ask(self, command: str, *args: str) -> str:
         """``clustertrain COMMAND RUN ARGS`` on the host; its output, or its error as one line."""
         words = [self.remote.clustertrain, command, *run_words(self.remote), *args]
-        done = ssh.run(self.remote.host, words, timeout=120)
+        done = ssh.run(self.remote.host, words, timeout=120, limit=ANSWER_BYTES, what=command)
         if done.returncode != 0:
             said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
             why = said[-1].removeprefix(ERROR)[:300]

@@ -15,7 +15,7 @@ from .record import REMOTE_RUNS
 def doctor(host: str, clustertrain: str, echo: Callable[[str], None] = print) -> int:
     """ssh, the login node's clustertrain against this one, then its own doctor (sbatch, the
     partitions); the exit status of the whole."""
-    done = ssh.run(host, [clustertrain, "--version"], timeout=60)
+    done = ssh.run(host, [clustertrain, "--version"], timeout=60, limit=4096, what="its version")
     there = done.stdout.decode("utf-8", "replace").strip().rpartition(" ")[2]
     echo(f"ssh {host}: reached; clustertrain there: {there or 'no answer'}, here: {__version__}")
     status = subprocess.run(

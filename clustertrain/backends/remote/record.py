@@ -19,6 +19,9 @@ from . import ssh
 
 # Where the login node's clustertrain keeps run folders of jobs submitted from elsewhere.
 REMOTE_RUNS = ".clustertrain/runs"
+RECORD_BYTES = 64 << 10  # as this side reads a job record (runs.folder)
+# A run folder's name as runs.new_run_dir makes it (a slug, its time, 6 hex digits).
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _SAFE_PATH = re.compile(r"/[^\x00-\x1f\x7f]{1,4000}")
 
 
@@ -57,11 +60,24 @@ def of(run: Run) -> Remote | None:
 def record_here(remote: Remote, runs_root: Path) -> Run:
     """This side's run folder: the job's record as the host wrote it, and where it is."""
     name = PurePosixPath(remote.run_dir).name
-    record = ssh.run(remote.host, ["cat", str(PurePosixPath(remote.run_dir, protocol.RECORD_FILE))])
-    if record.returncode != 0 or not name or name.startswith("."):
-        raise UserError(f"host: {remote.host}: no job record in {remote.run_dir}")
+    if (
+        not _SAFE_PATH.fullmatch(remote.run_dir)
+        or not _FOLDER_NAME.fullmatch(name)
+        or remote.run_dir.endswith("/")
+    ):
+        raise UserError(
+            f"host: {remote.host}: said run folder {printable(repr(remote.run_dir))[:80]}, "
+            "which is not the name of a clustertrain run folder"
+        )
+    where = str(PurePosixPath(remote.run_dir, protocol.RECORD_FILE))
+    record = ssh.run(remote.host, ["cat", where], limit=RECORD_BYTES, what="its job record")
+    if record.returncode != 0:
+        raise UserError(f"host: {remote.host}: no job record in {printable(remote.run_dir)}")
     path = runs_root / name
-    make_run_folder(path)  # it will hold what comes back (a notebook's value): private
+    try:
+        make_run_folder(path)  # it will hold what comes back (a notebook's value): private
+    except OSError as error:
+        raise UserError(f"run folder: cannot create {path} ({error.strerror})") from None
     (path / protocol.RECORD_FILE).write_bytes(record.stdout)
     try:
         run = read_run(path)

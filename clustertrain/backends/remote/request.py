@@ -5,16 +5,15 @@ clustertrain renders, checks, prepares and queues the job there (``submit``, or 
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from clustertrain.errors import UserError
+from clustertrain.files import printable
 from clustertrain.runs import Run
 
 from . import snapshot, ssh
@@ -23,6 +22,8 @@ from .record import REMOTE_RUNS, Remote, record_here
 ERROR = "clustertrain: error: "
 _SUBMITTED = re.compile(r"^submitted job (\S+)")
 _RUN_FOLDER = re.compile(r"^run folder: (/.+)$")
+# What a login node may say while it submits: a few lines (its prepare step's output too).
+SAID_BYTES, LINE_BYTES = 16 << 20, 64 << 10
 
 
 @dataclass(frozen=True)
@@ -76,24 +77,24 @@ def _stream(
     argv: list[str], echo: Callable[[str], None], stdin: bytes | None = None
 ) -> tuple[list[str], int]:
     """Run ``argv`` with ``stdin`` (none: an empty one), echoing each line of its output (stdout
-    and stderr) as it comes."""
-    lines = []
+    and stderr) as it comes, its control characters escaped (the host's words are input). A
+    host that says more than :data:`SAID_BYTES` (a submission says a few lines) is stopped and
+    refused in one line; a line is cut at :data:`LINE_BYTES`."""
+    lines, said = [], 0
     with subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as proc:
         assert proc.stdin is not None and proc.stdout is not None
-        writer = threading.Thread(target=_give, args=(proc.stdin, stdin or b""))
+        writer = threading.Thread(target=ssh.give, args=(proc.stdin, stdin or b""), daemon=True)
         writer.start()
-        for said in proc.stdout:
-            lines.append(said.decode("utf-8", "replace").rstrip("\n"))
+        while line := proc.stdout.readline(LINE_BYTES):
+            said += len(line)
+            if said > SAID_BYTES:
+                proc.kill()
+                raise UserError(f"host: its answer to the submission: more than {SAID_BYTES} "
+                                "bytes; stopped")  # fmt: skip
+            lines.append(printable(line.decode("utf-8", "replace").rstrip("\n")))
             if not lines[-1].startswith(ERROR):  # said once, as this side's own error
                 echo(lines[-1])
         writer.join()
     return lines, proc.returncode
-
-
-def _give(pipe: IO[bytes], data: bytes) -> None:
-    """Write ``data`` to ``pipe`` and close it; a reader that left early is no error here (its
-    exit status says why)."""
-    with contextlib.suppress(BrokenPipeError, OSError), pipe:
-        pipe.write(data)

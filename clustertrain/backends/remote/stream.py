@@ -9,39 +9,49 @@ lines (a node's rank, a launcher) in their file order, so counting per source is
 
 from __future__ import annotations
 
-import io
-import os
 import re
 import shlex
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO
 
 from clustertrain import protocol
 from clustertrain.errors import UserError
+from clustertrain.files import printable
 
-from . import ssh
+from . import ssh, unpack
 from .record import Remote, run_words
 
 RECONNECT_S, RECONNECT_WITHIN_S = 2.0, 60.0
 _SOURCE = re.compile(r"^(\S+ \S+) [|!] ")
 _ENDED = re.compile(r"^clustertrain: job \S+ ended \S+$")
 _SAID_BYTES = 64 << 10
+LINE_BYTES = 1 << 20  # a longer line of the host's is printed in pieces of this many bytes
 
 
 def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
     """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status."""
     words = [remote.clustertrain, command, *run_words(remote), *args]
-    done = subprocess.run(ssh.argv(remote.host, words), check=False)
-    if done.returncode in (127, 255):
-        ssh.fail(remote.host, words, done.returncode, "")
-    return done.returncode
+    with (
+        tempfile.TemporaryFile() as said,  # a file: a full pipe would stop the host's lines
+        subprocess.Popen(ssh.argv(remote.host, words), stdout=subprocess.PIPE, stderr=said) as proc,
+    ):
+        assert proc.stdout is not None
+        while raw := proc.stdout.readline(LINE_BYTES):  # the host's words: input, escaped
+            print(printable(raw.decode("utf-8", "replace").rstrip("\n")), flush=True)
+        proc.wait()
+        said.seek(0)
+        told = said.read(_SAID_BYTES).decode("utf-8", "replace")
+    if proc.returncode in (127, 255):
+        ssh.fail(remote.host, words, proc.returncode, told)
+    for line in told.splitlines():
+        print(printable(line), file=sys.stderr)
+    return proc.returncode
 
 
 class Streamed:
@@ -78,12 +88,11 @@ class Streamed:
         argv = ssh.argv(self.remote.host, self.words)
         with (
             tempfile.TemporaryFile() as said,  # a file: a full pipe would stop the host's lines
-            subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=said, text=True, errors="replace"
-            ) as proc,
+            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=said) as proc,
         ):
             assert proc.stdout is not None
-            for line in proc.stdout:
+            while raw := proc.stdout.readline(LINE_BYTES):  # a line of 2 GB: held in pieces
+                line = printable(raw.decode("utf-8", "replace").rstrip("\n")) + "\n"
                 source = m[1] if (m := _SOURCE.match(line)) else ""
                 seen[source] += 1
                 if seen[source] > printed[source]:
@@ -98,7 +107,7 @@ class Streamed:
         """What ssh and the host said on stderr, but the job's end when the caller says it."""
         for line in said.splitlines():
             if self.say_end or not _ENDED.match(line):
-                print(line, file=sys.stderr)
+                print(printable(line), file=sys.stderr)
 
     def _reconnected(self) -> bool:
         """Whether the host answers again within ``RECONNECT_WITHIN_S`` (ssh's words unshown)."""
@@ -132,36 +141,19 @@ def fetch(
     remote: Remote, here: Path, names: Sequence[str] = _DRAWN, limit: int = FETCH_LIMIT
 ) -> None:
     """Copy the plain files of the host's run folder that ``names`` match (``find -name``
-    patterns: what ``plot`` draws, unless said) into ``here``; at most ``limit`` bytes."""
+    patterns: what ``plot`` draws, unless said) into ``here``; at most ``limit`` bytes, as
+    sent and as unpacked (:mod:`.unpack`: whatever the host sends is checked whole here)."""
     matched = " -o ".join(f"-name {shlex.quote(name)}" for name in names)
     script = f"cd {shlex.quote(remote.run_dir)} && "
     script += f"find . -type f \\( {matched} \\) -print0 | tar -c --null -T - | head -c {limit + 1}"
-    done = ssh.run(remote.host, [], raw=script)
+    done = ssh.run(remote.host, [], raw=script, limit=limit, what="the files to fetch")
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
-        raise UserError(f"host: {remote.host}: cannot read {remote.run_dir}: {said[-1][:200]}")
-    if len(done.stdout) > limit:
-        raise UserError(f"host: {remote.host}: {remote.run_dir}: over {limit} bytes to fetch")
+        raise UserError(
+            f"host: {remote.host}: cannot read {printable(remote.run_dir)}: "
+            f"{printable(said[-1][:200])}"
+        )
     try:
-        with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-            _extract_files(tar, here)
-    except tarfile.TarError as error:
-        raise UserError(f"host: {remote.host}: {remote.run_dir}: {error}") from None
-
-
-def _extract_files(tar: tarfile.TarFile, here: Path) -> None:
-    """The plain files of ``tar`` written inside ``here``; anything else (a link, a device, a
-    name that is absolute or climbs with ``..``) is skipped. By hand: Debian 12's Python
-    (3.11.2) has no ``extractall(filter="data")``."""
-    for member in tar:
-        parts = [part for part in PurePosixPath(member.name).parts if part != "."]
-        if not member.isreg() or not parts or parts[0] == "/" or ".." in parts:
-            continue
-        source = tar.extractfile(member)
-        if source is None:
-            continue
-        target = here.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)  # a new file of this user's, never through a link
-        with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-            out.write(source.read(member.size))
+        unpack.unpack(done.stdout, here, unpack.Limits(unpacked=limit))
+    except unpack.UnpackError as error:
+        raise UserError(f"host: {remote.host}: {printable(remote.run_dir)}: {error}") from None
