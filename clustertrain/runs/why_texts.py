@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clustertrain import protocol
+from clustertrain.jobstate import LOCAL
 from clustertrain.runs.timeline import duration
 from clustertrain.runs.why_kinds import (
     CONSEQUENCE,
@@ -145,8 +146,8 @@ _HINTS = {
     "preemption",
     Kind.NODE_LOST: "nothing in the job failed: resubmit; spare_nodes lets a job go on without "
     "a lost node, and `clustertrain nodes` keeps it out of your next submissions",
-    Kind.CANCELLED: "nothing failed: someone ran scancel (uid 0: root or Slurm's "
-    "administrators); submit it again to rerun",
+    Kind.CANCELLED: "nothing failed: the job was cancelled (scancel, clustertrain cancel, or "
+    "Slurm's administrators); submit it again to rerun",
     Kind.HANG: "every rank's stack is in the run folder (logs/attempt-K/heartbeats*/"
     "rank-N.stack): the ranks that wait where the others do not are the suspects",
     Kind.SETUP: "fix that line in the job file's setup or node_setup (or your site's "
@@ -311,6 +312,8 @@ def _node_lost(c: _Case) -> str:
 
 
 def _cancelled(c: _Case) -> str:
+    if c.records.source == LOCAL:  # no scheduler: `clustertrain cancel`, or an interrupt
+        return "cancelled (clustertrain cancel, or an interrupt of the run)"
     when = [m[4] for line in c.records.batch if (m := SLURM_END.search(line)) and m[4]]
     by = f" by {c.records.cancelled_by}" if c.records.cancelled_by else ""
     unknown = "" if by else " (by whom: Slurm's accounting says, where it keeps one)"

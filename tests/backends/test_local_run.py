@@ -90,7 +90,15 @@ def test_a_failing_rank_fails_the_run_and_status_says_so(env: dict[str, str]) ->
         env=env, timeout=180,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr
-    assert done.stderr.endswith(" ended FAILED\n"), done.stderr
+    # The run's end, then why, as status says it.
+    ended, headline, hint = done.stderr.splitlines()[-3:]
+    assert ended.endswith(" ended FAILED"), done.stderr
+    assert re.fullmatch(
+        r"clustertrain: rank 1 on \S+ raised ValueError: rank 1 gave up at step 20 "
+        r"\(fail_rank.py:16\)",
+        headline,
+    ), done.stderr
+    assert hint.startswith("clustertrain: hint: the error is in the job's code at fail_rank.py:16")
     status = run_cli("status", _local_id(done.stdout), env=env)
     assert ": FAILED" in status.stdout, status.stdout
     assert "rank 1 gave up at step 20" in status.stdout, status.stdout
@@ -119,7 +127,10 @@ def test_cancel_stops_a_local_run(env: dict[str, str], tmp_path: Path) -> None:
         _, err = runner.communicate(timeout=120)
     finally:
         runner.kill()
-    assert runner.returncode == 1 and err.endswith(" ended CANCELLED\n"), err
+    assert runner.returncode == 1 and err.splitlines()[-3].endswith(" ended CANCELLED"), err
+    assert err.splitlines()[-2] == (
+        "clustertrain: cancelled (clustertrain cancel, or an interrupt of the run)"
+    ), err
     record = json.loads((run_dir / "local.json").read_text())
     assert record["cancelled"] is True and record["exit_code"] != 0
     assert ": CANCELLED" in run_cli("status", job_id, env=env).stdout

@@ -24,6 +24,8 @@ from clustertrain.runs import why
 from tests.conftest import run_cli
 from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
+pytestmark = pytest.mark.slurm
+
 NODE = r"node\d"
 # case: (DIE, DIE_RANK, kind, rank, the headline's pattern)
 CASES = {
