@@ -171,7 +171,9 @@ def _from_accounting(folder: Cost, mine: tuple[Allocation, ...], spent: Goodput)
         folder,
         state=mine[-1].state,
         source=SACCT,
-        attempts=max(len(mine), folder.attempts),
+        # A requeue is a record of its own, and so is a job resized after losing a node: the
+        # run folder's attempts, where its events say them.
+        attempts=folder.attempts or len(mine),
         queue_wait_s=wait,
         wall_s=wall,
         allocated_s=allocated,

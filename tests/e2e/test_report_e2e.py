@@ -74,7 +74,9 @@ def check_from_sacct(env: dict[str, str], job_id: str, gpus: int) -> dict[str, s
     (row,) = csv.DictReader(io.StringIO(report(env, job_id, "--format", "csv")))
     assert tuple(row) == COLUMNS and row["source"] == "sacct" and row["gpus"] == str(gpus)
     allocated = float(row["allocated_s"])
-    assert float(row["gpu_hours"]) == pytest.approx(allocated * gpus / 3600, rel=1e-3)
+    # Each of the job's records at its size (a job that lost a node is resized, and Slurm
+    # accounts each size apart: sacct --duplicates), summed: never more than all of it at most.
+    assert 0 < float(row["gpu_hours"]) <= allocated * gpus / 3600 * 1.001
     assert 0.0 < float(row["goodput"]) < 1.0
     assert float(row["productive_s"]) > 0 and float(row["queue_wait_s"]) >= 0
     return row
