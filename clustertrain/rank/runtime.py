@@ -203,7 +203,7 @@ class _Heartbeat:
             os.pwrite(self.fd, f"{step:>20} {self.compute_s:>20.6f}\n".encode(), 0)
 
     def _start(self) -> None:
-        """Open the file, and have every thread's stack written beside it on DUMP_SIGNAL
+        """Open the file, and have every thread's stack appended beside it on DUMP_SIGNAL
         (faulthandler: it works even while the rank is blocked inside a C call)."""
         self.ready = True
         folder = os.environ.get(protocol.ENV_HEARTBEAT_DIR)
@@ -214,7 +214,9 @@ class _Heartbeat:
         self.fd = os.open(Path(folder, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o644)
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         Path(folder, f"rank-{rank}.node").write_text(node + "\n", encoding="utf-8")
-        stacks = open(Path(folder, f"rank-{rank}.stack"), "w")  # noqa: SIM115 - kept open
+        # Appended to at each signal: whoever sent it reads what came after (node.stacks).
+        dumps = Path(folder, f"rank-{rank}{protocol.DUMPS_SUFFIX}")
+        stacks = open(dumps, "w")  # noqa: SIM115 - kept open
         signum = getattr(signal, f"SIG{protocol.DUMP_SIGNAL}")
         faulthandler.register(signum, file=stacks, all_threads=True, chain=False)
 
