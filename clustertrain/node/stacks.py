@@ -121,8 +121,9 @@ def _py_spy(pid: int) -> str:
 
 def ranks_here(heartbeats: Path) -> list[Found]:
     """This node's processes that are ranks of the step ``heartbeats`` belongs to: the launcher
-    gives each a RANK and a LOCAL_RANK, the batch script the folder, and Slurm the node's name. The name matters where nodes share a process table (the local cluster's
-    namespaces do): two py-spy attached to one rank at once leave one of them with no stack."""
+    gives each a RANK and a LOCAL_RANK, the batch script the folder, and Slurm the node's name.
+    The name matters where nodes share a process table (the local cluster's namespaces do):
+    two py-spy attached to one rank at once leave one of them with no stack."""
     wanted = f"{protocol.ENV_HEARTBEAT_DIR}={heartbeats}".encode()
     node = os.environ.get("SLURMD_NODENAME")
     found = []
