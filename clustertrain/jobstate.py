@@ -172,3 +172,15 @@ class Accounting:
             f"{self.elapsed_s} s"
         )
         return [head, *(f"  {step.line()}" for step in self.steps)]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What a command inside a job needs from its scheduler (``Backend.allocation``): its state,
+    whose it is, the nodes it holds (each a plain name) and where it runs."""
+
+    job_id: str
+    state: str
+    uid: int | None  # None where the scheduler did not say
+    nodes: tuple[str, ...] = ()
+    workdir: str = ""

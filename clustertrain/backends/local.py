@@ -26,7 +26,7 @@ from clustertrain import protocol
 from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, read_regular
-from clustertrain.jobstate import JOB_IDS, LOCAL, Accounting, JobState
+from clustertrain.jobstate import JOB_IDS, LOCAL, Accounting, Allocation, JobState
 from clustertrain.procs import start_time
 from clustertrain.render import (
     OFFLINE_ENV,
@@ -238,8 +238,15 @@ class LocalBackend(Backend):
             return None
         return Accounting(run.job_id, found.state, found.exit_code)
 
-    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
-        """A local run's one node is this machine: the command itself."""
+    def allocation(self, run: Run) -> Allocation:
+        """This machine, the one node, while the run's supervisor runs (started by this user:
+        its run folder is theirs)."""
+        return Allocation(run.job_id, self.state(run).state, os.getuid(), (NODE,))
+
+    def node_command(
+        self, run: Run, argv: Sequence[str], node: str | None = None, pty: bool = False
+    ) -> list[str]:
+        """A local run's one node is this machine: the command itself (in this terminal)."""
         if node not in (None, NODE):
             raise UserError(f"node: {node!r}: a local run has one node, {NODE}")
         return list(argv)
