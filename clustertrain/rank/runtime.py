@@ -186,21 +186,23 @@ def milestone(name: str, seconds: float | None = None) -> None:
 
 
 class _Heartbeat:
-    """One rank's progress file: the newest step and the running total of seconds in
-    :func:`compute` sections, written in place at every call (one pwrite of a fixed-width line:
-    microseconds, bench/heartbeat.py), its mtime the time of progress. Beside it, once, the
-    rank's node (``rank-N.node``), for the watchdog's straggler scores."""
+    """One rank's progress file: the newest step, the running totals of seconds in
+    :func:`compute` sections and of samples, written in place at every call (one pwrite of a
+    fixed-width line: microseconds, bench/heartbeat.py), its mtime the time of progress. Beside
+    it, once, the rank's node (``rank-N.node``), for the watchdog's straggler scores."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
         self.ready = False
         self.compute_s = 0.0
+        self.samples = 0
 
     def beat(self, step: int) -> None:
         if not self.ready:
             self._start()
         if self.fd is not None:
-            os.pwrite(self.fd, f"{step:>20} {self.compute_s:>20.6f}\n".encode(), 0)
+            line = f"{step:>20} {self.compute_s:>20.6f} {self.samples:>20}\n"
+            os.pwrite(self.fd, line.encode(), 0)
 
     def _start(self) -> None:
         """Open the file, and have every thread's stack appended beside it on DUMP_SIGNAL
@@ -260,12 +262,15 @@ def time_forward(module: Any) -> None:
     module.register_forward_hook(after)
 
 
-def heartbeat(step: int) -> None:
-    """Say this rank made progress (call it once per training step, on every rank).
+def heartbeat(step: int, samples: int = 0) -> None:
+    """Say this rank made progress (call it once per training step, on every rank); with
+    ``samples``, how many this rank trained on since its last call (``clustertrain top`` shows
+    samples per second from their running total).
 
     In a clustertrain job, the batch script's watchdog declares a hang when no rank has called
     this for ``hang_timeout_s`` seconds: it saves every rank's stack in the run folder, names
     the ranks that are stuck and where, and ends the job instead of letting it burn its
     allocation until the time limit. Outside a job it does nothing.
     """
+    _HEARTBEAT.samples += int(samples)
     _HEARTBEAT.beat(step)
