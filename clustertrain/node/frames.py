@@ -72,6 +72,11 @@ def tool(stack: str) -> str:
     return "py-spy" if stack.startswith("Process ") else "faulthandler"
 
 
+def taken_by(stack: str) -> str:
+    """The tool that took a stack that names where the rank is; "none" for one that does not."""
+    return tool(stack) if where(stack) else "none"
+
+
 @dataclass(frozen=True)
 class Group:
     """Ranks whose main threads stand in the same frames (file and line, innermost first)."""

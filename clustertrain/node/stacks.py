@@ -64,7 +64,7 @@ def take(heartbeats: Path, out: Path) -> dict[int, str]:
         fd = os.open(out / f"rank-{found.rank}.stack", _WRITE, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(stack)
-        taken[found.rank] = frames.tool(stack) if frames.where(stack) else "none"
+        taken[found.rank] = frames.taken_by(stack)
     return taken
 
 

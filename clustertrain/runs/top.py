@@ -120,16 +120,20 @@ class View:
     nodes: tuple[NodeFigures, ...]
     ranks: tuple[RankRow, ...]
     scores: Mapping[str, float]  # node: straggler score (its compute time over the others')
+    silent: tuple[str, ...] = ()  # the job's nodes that sent no figures
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
             "nodes": [asdict(n) | {"straggler": self.scores.get(n.node)} for n in self.nodes],
             "ranks": [asdict(r) for r in self.ranks],
+            "silent": list(self.silent),
         }
 
     def lines(self) -> list[str]:
         said = [f"job {self.job_id}: {len(self.nodes)} node(s), {len(self.ranks)} rank(s)"]
+        if self.silent:
+            said[0] += f"; no figures from {', '.join(self.silent)}"
         said.append(f"{'NODE':<12} {'CPU%':>6} {'MEM':>17} {'STRAGGLER':>9}  GPUS")
         for n in self.nodes:
             memory = f"{n.mem_used_kb / 2**20:.1f}/{n.mem_total_kb / 2**20:.1f} GiB"
@@ -158,6 +162,7 @@ def view(
     before: Mapping[int, Beat],
     after: Mapping[int, Beat],
     now: float,
+    silent: tuple[str, ...] = (),
 ) -> View:
     """What top shows, from the nodes' figures and the heartbeats read ``before`` and ``after``."""
     nodes = tuple(sorted(figures, key=lambda n: n.node))
@@ -180,4 +185,5 @@ def view(
         ago = round(max(0.0, now - beat.time), 1)
         rows.append(RankRow(rank, beat.node, beat.step, ago, step_s, rate, cpu, rss))
     scores = scorer.scores({rank: b.node for rank, b in after.items()})
-    return View(job_id, nodes, tuple(rows), {node: round(s, 2) for node, s in scores.items()})
+    rounded = {node: round(score, 2) for node, score in scores.items()}
+    return View(job_id, nodes, tuple(rows), rounded, silent)

@@ -10,6 +10,7 @@ prepares and queues the job in a snapshot of the code (snapshot.py); this side k
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -117,7 +118,8 @@ class RemoteBackend(Backend):
     def relay(self, run: Run, command: str, args: Sequence[str] = (), follow: bool = False) -> int:
         if command == "logs" and follow:
             return follow_logs(self.remote, args)
-        return forward(self.remote, command, args)
+        # attach's shell needs a terminal on the login node too (srun --pty there)
+        return forward(self.remote, command, args, tty=command == "attach" and sys.stdin.isatty())
 
     def node_command(
         self, run: Run, argv: Sequence[str], node: str | None = None, pty: bool = False

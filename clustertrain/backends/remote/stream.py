@@ -35,10 +35,11 @@ _ENDED = re.compile(r"^clustertrain: job \S+ ended \S+$")
 _SAID_BYTES = 64 << 10
 
 
-def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
-    """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status."""
+def forward(remote: Remote, command: str, args: Sequence[str] = (), tty: bool = False) -> int:
+    """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status
+    (``tty``: with a terminal there, ssh -t)."""
     words = [remote.clustertrain, command, *run_words(remote), *args]
-    done = subprocess.run(ssh.argv(remote.host, words), check=False)
+    done = subprocess.run(ssh.argv(remote.host, words, tty=tty), check=False)
     if done.returncode in (127, 255):
         ssh.fail(remote.host, words, done.returncode, "")
     return done.returncode
