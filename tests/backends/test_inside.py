@@ -80,8 +80,9 @@ def test_the_srun_lines_of_a_shell_a_command_and_every_node(tmp_path: Path) -> N
     argv = inside.attach_command(Held(RUNNING), run, "node2", ("ls", "-l; rm"), pty=False)
     assert "--pty" not in argv and "--nodelist=node2" in argv
     assert argv[-3:] == ["--", "ls", "-l; rm"]  # argv, no shell
-    every = SlurmBackend().node_command(run, ["true"])
-    assert every == ["srun", "--jobid=42", "--overlap", "--ntasks-per-node=1", "--", "true"]
+    every = Held(RUNNING).node_command(run, ["true"])
+    assert every == ["srun", "--jobid=42", "--overlap", "--ntasks-per-node=1", "--nodes=2",
+                     "--ntasks=2", "--", "true"]  # fmt: skip
     with pytest.raises(UserError, match="is not a node name"):
         SlurmBackend().node_command(run, ["true"], node="--x")
 
@@ -119,14 +120,8 @@ def test_the_stacks_come_back_grouped_from_a_fresh_folder(tmp_path: Path) -> Non
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     taken = inside.stacks(Held(RUNNING), run, runner)
-    assert seen[0][:6] == [
-        "srun",
-        "--jobid=42",
-        "--overlap",
-        "--ntasks-per-node=1",
-        "--",
-        sys.executable,
-    ]
+    assert seen[0][:8] == ["srun", "--jobid=42", "--overlap", "--ntasks-per-node=1", "--nodes=2",
+                           "--ntasks=2", "--", sys.executable]  # fmt: skip
     assert taken.folder.parent == run.path / "stacks"
     assert [g.head() for g in taken.groups] == [
         "rank 1 (1): <module> (train.py:21)", "ranks 0, 2-3 (3): all_reduce (train.py:88)"

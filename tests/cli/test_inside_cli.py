@@ -71,7 +71,7 @@ def test_stacks_groups_every_rank_and_leaves_them_running(
     assert all(proc.poll() is None for proc in job[1])
     as_json = json.loads(run_cli("stacks", "42", "--json", env=env).stdout)
     assert sorted(r for g in as_json["groups"] for r in g["ranks"]) == [0, 1, 2, 3]
-    assert "--ntasks-per-node=1 -- " in (tmp_path / "srun.log").read_text()
+    assert "--ntasks-per-node=1 --nodes=1 --ntasks=1 -- " in (tmp_path / "srun.log").read_text()
 
 
 def test_top_once_shows_the_node_and_every_rank_with_figures_that_move(

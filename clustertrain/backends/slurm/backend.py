@@ -64,9 +64,14 @@ class SlurmBackend(Backend):
     ) -> list[str]:
         """``srun`` into the job's allocation beside its steps (``--overlap``), one task on
         each node (or on ``node``, with ``--pty``: the task's terminal is this one); Slurm's own
-        configuration, as every other call."""
+        configuration, as every other call. Every node is counted out: an srun from outside the
+        allocation has no SLURM_NNODES to default to, and would start one task on one node."""
         words = ["srun", f"--jobid={checked_job_id(run.job_id)}", "--overlap"]
         words += ["--ntasks-per-node=1"]
-        words += [f"--nodelist={checked_node(node)}", "--nodes=1", "--ntasks=1"] if node else []
+        if node:
+            words += [f"--nodelist={checked_node(node)}", "--nodes=1", "--ntasks=1"]
+        else:
+            count = len(self.allocation(run).nodes) or 1
+            words += [f"--nodes={count}", f"--ntasks={count}"]
         words += ["--pty"] if pty else []
         return [*words, "--", *argv]
