@@ -16,6 +16,8 @@ import pexpect
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.e2e.test_remote_e2e import _submit as remote_submit
+from tests.e2e.test_remote_e2e import tree  # noqa: F401  (a fixture)
 from tests.e2e.test_slurm_e2e import cluster, submit  # noqa: F401  (cluster is a fixture)
 
 pytestmark = pytest.mark.slurm
@@ -135,3 +137,45 @@ def test_stacks_name_a_held_rank_alone(job: Job) -> None:
     assert groups[1]["place"].startswith("all_reduce (hold_rank.py:"), groups
     print(run_cli("stacks", job_id, env=env).stdout)
     (run_dir / "out" / "hold-rank-1").unlink()
+
+
+def test_through_a_login_node_with_a_terminal_there(
+    tree: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A job submitted with --host: stacks, top and attach are its login node's clustertrain's
+    answers (this checkout's, through a wrapper), attach with a terminal there (ssh -t)."""
+    wrapper = tmp_path / "clustertrain-here"  # the login node sees this machine's files
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m clustertrain "$@"\n')
+    wrapper.chmod(0o755)
+    env = {
+        "CLUSTERTRAIN_RUNS_DIR": str(tmp_path / "runs"),
+        "CLUSTERTRAIN_REMOTE_CLUSTERTRAIN": str(wrapper),
+    }
+    job_id, _, _ = remote_submit(
+        tree, env, "--script", SCRIPT, "--nodes", "2", "--procs-per-node", "1",
+        "--cpus-per-task", "1",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while "rank(s) in" not in (stacks := run_cli("stacks", job_id, cwd=tree, env=env)).stdout:
+            assert time.monotonic() < deadline, stacks.stderr
+            time.sleep(2)
+        assert "2 rank(s) in " in stacks.stdout, stacks.stdout
+        top = run_cli("top", job_id, "--once", cwd=tree, env=env)
+        assert top.returncode == 0 and "node2" in top.stdout, top.stderr
+        done = run_cli("attach", job_id, "--node", "node2", "--", "hostname", cwd=tree, env=env)
+        assert (done.returncode, done.stdout.strip()) == (0, "node2"), done.stderr
+        shell = pexpect.spawn(
+            sys.executable, ["-P", "-m", "clustertrain", "attach", job_id], cwd=str(tree),
+            env={**os.environ, **env}, encoding="utf-8", timeout=90,
+        )  # fmt: skip
+        shell.sendline("tty; hostname")
+        shell.expect(r"/dev/pts/\d+\r?\n")  # a terminal on the node, through ssh -t and srun --pty
+        shell.expect(r"node1\r?\n")
+        shell.sendline("exit")
+        shell.expect(pexpect.EOF)
+        shell.close()
+        assert shell.exitstatus == 0
+    finally:
+        run_cli("cancel", job_id, cwd=tree, env=env)
