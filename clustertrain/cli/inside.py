@@ -90,12 +90,15 @@ def top(job: str, once: bool, as_json: bool, runs_dir: str | None) -> None:
     attached = Job.attach(job, runs_dir)
     relayed(attached, "top", *(["--once"] if once else []), *(["--json"] if as_json else []))
     view, beats = inside.top(attached.backend, attached.run)
-    while True:
-        if as_json:
-            click.echo(json.dumps(view.as_dict()))
-        else:
-            click.echo(("" if once else "\033[H\033[2J") + "\n".join(view.lines()))
-        if once:
-            return
-        time.sleep(REFRESH_S)
-        view, beats = inside.top(attached.backend, attached.run, beats)
+    try:
+        while True:
+            if as_json:
+                click.echo(json.dumps(view.as_dict()))
+            else:  # the screen cleared first, as top(1) redraws it
+                click.echo(("" if once else "\033[H\033[2J") + "\n".join(view.lines()))
+            if once:
+                return
+            time.sleep(REFRESH_S)
+            view, beats = inside.top(attached.backend, attached.run, beats)
+    except KeyboardInterrupt:  # Ctrl-C is how top ends: not an error
+        return

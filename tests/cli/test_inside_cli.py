@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import stat
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,3 +132,20 @@ def test_bad_input_is_refused_in_one_line_and_nothing_runs(
     assert done.returncode == 2 and said in done.stderr, done.stderr
     assert len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "srun.log").exists()
+
+
+def test_top_refreshes_until_ctrl_c_which_ends_it_quietly(
+    job: tuple[runs.Run, list[subprocess.Popen[bytes]]], tmp_path: Path
+) -> None:
+    argv = [sys.executable, "-P", "-m", "clustertrain", "top", "42"]
+    env = {**os.environ, **_cli_env(tmp_path)}
+    watching = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    log, deadline = tmp_path / "srun.log", time.monotonic() + 60
+    while not log.exists() or log.read_text().count("\n") < 3:  # a third reading has begun
+        assert time.monotonic() < deadline and watching.poll() is None
+        time.sleep(0.2)
+    watching.send_signal(signal.SIGINT)
+    out, err = watching.communicate(timeout=30)
+    assert watching.returncode == 0 and not err, err
+    # a frame a reading (the screen's clearing is for a terminal: click leaves it out of a pipe)
+    assert out.decode().count("job 42: 1 node(s), 4 rank(s)\n") >= 2, out
