@@ -144,10 +144,12 @@ def supervise(run_dir: Path) -> int:
         try:
             # A session of its own: a terminal's or a notebook kernel's interrupt reaches the
             # launcher once, through _Stop, not twice.
+            env = environment(spec, run_dir, dict(os.environ))
+            # The ranks' heartbeats, as on a node: what `stacks` and `top` read (no watchdog).
+            env[protocol.ENV_HEARTBEAT_DIR] = str(log_dir / protocol.HEARTBEAT_DIR)
             launcher = subprocess.Popen(
-                argv, stdout=out, stderr=err, env=environment(spec, run_dir, dict(os.environ)),
-                start_new_session=True,
-            )  # fmt: skip
+                argv, stdout=out, stderr=err, env=env, start_new_session=True
+            )
         except OSError as exc:
             err.write(f"clustertrain: cannot start {argv[0]}: {exc.strerror}\n".encode())
             write_state(run_dir, pid=me, start_time=start_time(me), exit_code=127)
