@@ -143,17 +143,17 @@ class View:
         said.append(f"{'RANK':>4} {'NODE':<12} {'STEP':>8} {'AGO':>6} {'STEP_S':>8} "
                     f"{'SAMPLES/S':>10} {'CPU%':>6} {'RSS':>9}")  # fmt: skip
         for r in self.ranks:
-            rss = _opt(None if r.rss_kb is None else r.rss_kb / 1024, ".0f") + " MiB"
+            rss = _opt(None if r.rss_kb is None else r.rss_kb / 1024, ".0f", " MiB")
             said.append(
-                f"{r.rank:>4} {r.node:<12} {r.step:>8} {_opt(r.ago_s, '.1f') + 's':>6} "
+                f"{r.rank:>4} {r.node:<12} {r.step:>8} {_opt(r.ago_s, '.1f', 's'):>6} "
                 f"{_opt(r.step_s, '.3f'):>8} {_opt(r.samples_per_s, '.1f'):>10} "
                 f"{_opt(r.cpu_pct, '.1f'):>6} {rss:>9}"
             )
         return said
 
 
-def _opt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _opt(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else format(value, spec) + unit
 
 
 def view(

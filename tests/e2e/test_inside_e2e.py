@@ -58,6 +58,12 @@ def _stepped(beats: Path, steps: int) -> bool:
     )
 
 
+def _nodes(env: dict[str, str], job_id: str, cwd: Path = ROOT) -> list[str]:
+    """The job's nodes, first first (Slurm places it where the cluster has room)."""
+    seen = json.loads(run_cli("top", job_id, "--once", "--json", cwd=cwd, env=env).stdout)
+    return sorted(node["node"] for node in seen["nodes"])
+
+
 def _running(env: dict[str, str], job_id: str) -> bool:
     return json.loads(run_cli("status", job_id, "--json", env=env).stdout)["state"] == "RUNNING"
 
@@ -72,7 +78,7 @@ def test_top_shows_every_node_and_rank_with_figures_that_move(
     assert again.returncode == 0, again.stderr
     print(again.stdout)
     view = json.loads(first.stdout)
-    assert sorted(n["node"] for n in view["nodes"]) == ["node1", "node2"], view
+    assert len(view["nodes"]) == 2 and not view["silent"], view
     ranks = {r["rank"]: r for r in view["ranks"]}
     assert sorted(ranks) == [0, 1, 2, 3]
     assert all(r["step_s"] and 0.15 < r["step_s"] < 2 for r in ranks.values()), ranks
@@ -103,14 +109,15 @@ def test_attach_gives_a_shell_on_the_node_and_exit_leaves_the_job_running(
     job: Job,
 ) -> None:
     env, job_id, _ = job
+    first, second = _nodes(env, job_id)
     shell = pexpect.spawn(
-        sys.executable, ["-m", "clustertrain", "attach", job_id, "--node", "node2"],
+        sys.executable, ["-m", "clustertrain", "attach", job_id, "--node", second],
         env={**os.environ, **env}, cwd=str(ROOT),
         encoding="utf-8", timeout=60,
     )  # fmt: skip
     try:
         shell.sendline('hostname; echo "var=$INSIDE_TEST rank=${RANK-none}"')
-        shell.expect(r"node2\r?\n")
+        shell.expect(rf"{second}\r?\n")
         shell.expect(r"var=from the job rank=none")
         shell.sendline("exit")
         shell.expect(pexpect.EOF)
@@ -118,7 +125,7 @@ def test_attach_gives_a_shell_on_the_node_and_exit_leaves_the_job_running(
         shell.close()
     assert shell.exitstatus == 0
     done = run_cli("attach", job_id, "--", "hostname", env=env)
-    assert (done.returncode, done.stdout) == (0, "node1\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, f"{first}\n"), done.stderr
     assert _running(env, job_id)
 
 
@@ -162,17 +169,16 @@ def test_through_a_login_node_with_a_terminal_there(
             assert time.monotonic() < deadline, stacks.stderr
             time.sleep(2)
         assert "2 rank(s) in " in stacks.stdout, stacks.stdout
-        top = run_cli("top", job_id, "--once", cwd=tree, env=env)
-        assert top.returncode == 0 and "node2" in top.stdout, top.stderr
-        done = run_cli("attach", job_id, "--node", "node2", "--", "hostname", cwd=tree, env=env)
-        assert (done.returncode, done.stdout.strip()) == (0, "node2"), done.stderr
+        first, second = _nodes(env, job_id, cwd=tree)
+        done = run_cli("attach", job_id, "--node", second, "--", "hostname", cwd=tree, env=env)
+        assert (done.returncode, done.stdout.strip()) == (0, second), done.stderr
         shell = pexpect.spawn(
             sys.executable, ["-P", "-m", "clustertrain", "attach", job_id], cwd=str(tree),
             env={**os.environ, **env}, encoding="utf-8", timeout=90,
         )  # fmt: skip
         shell.sendline("tty; hostname")
         shell.expect(r"/dev/pts/\d+\r?\n")  # a terminal on the node, through ssh -t and srun --pty
-        shell.expect(r"node1\r?\n")
+        shell.expect(rf"{first}\r?\n")
         shell.sendline("exit")
         shell.expect(pexpect.EOF)
         shell.close()
