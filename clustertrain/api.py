@@ -35,12 +35,14 @@ from clustertrain.spec.flags import as_flags
 # submitit alone costs 0.1 s.
 if TYPE_CHECKING:
     from clustertrain.backends.base import Backend
+    from clustertrain.backends.inside import Stacks
     from clustertrain.backends.remote import RemoteBackend
     from clustertrain.backends.slurm import Slurm
     from clustertrain.jobstate import Accounting, JobState
     from clustertrain.runs.cost import Cost
     from clustertrain.runs.folderstate import Answer
     from clustertrain.runs.report import Report
+    from clustertrain.runs.top import View
     from clustertrain.runs.why import Cause
 
 __all__ = [
@@ -387,6 +389,19 @@ class Job:
         self.backend.sync(self.run)
         allocations, why = self.backend.priced(self.run)
         return cost.of_run(self.run, allocations, time.time() if now is None else now, why, warn)
+
+    def stacks(self) -> Stacks:
+        """Every rank's Python stack now, the job left running, grouped (``.groups``: ranks in
+        the same frames once, the odd ones first; ``.lines()``, ``.as_dict()``)."""
+        from clustertrain.backends import inside  # lazy: start-up time
+
+        return inside.stacks(self.backend, self.run)
+
+    def top(self) -> View:
+        """The job's nodes (CPU, memory, GPUs) and ranks (step, step time, samples/s) now."""
+        from clustertrain.backends import inside  # lazy: start-up time
+
+        return inside.top(self.backend, self.run)[0]
 
     def __repr__(self) -> str:
         return f"Job({self.job_id!r}, run_dir={str(self.run_dir)!r})"

@@ -192,3 +192,15 @@ class Allocation:
     # (AccountingStorageTRES=gres/gpu); None where AllocTRES names none.
     gpus: int | None = None
     unreadable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What a command inside a job needs from its scheduler (``Backend.holding``): its state,
+    whose it is, the nodes it holds (each a plain name) and where it runs."""
+
+    job_id: str
+    state: str
+    uid: int | None  # None where the scheduler did not say
+    nodes: tuple[str, ...] = ()
+    workdir: str = ""

@@ -91,14 +91,17 @@ ENV_EVENTS_FILE = "CLUSTERTRAIN_EVENTS_FILE"
 NVIDIA_DEVICES = "/dev/nvidia[0-9]*"
 
 # Progress: each rank that calls runtime.heartbeat(step) keeps a file <HEARTBEAT_DIR>/rank-<N>
-# (its newest step, its mtime the time) under the attempt's log folder, and on DUMP_SIGNAL writes
-# every thread's stack to rank-<N>.stack beside it. The batch script's watchdog
-# (clustertrain.node.watchdog) reads them, and writes HANG_FILE there when no rank made progress for
-# hang_timeout_s. WINCH: ignored by any process that does not ask for it (a terminal's resize
-# signal), so the launchers and scripts without the runtime library are safe from it.
+# (its newest step, its mtime the time) under the attempt's log folder, and on DUMP_SIGNAL appends
+# every thread's stack to rank-<N>DUMPS_SUFFIX beside it (faulthandler). What takes the stacks
+# (clustertrain.node.stacks, for the watchdog and `clustertrain stacks`) writes each rank's one
+# stack to rank-<N>.stack. The batch script's watchdog (clustertrain.node.watchdog) reads them,
+# and writes HANG_FILE there when no rank made progress for hang_timeout_s. WINCH: ignored by any
+# process that does not ask for it (a terminal's resize signal), so the launchers and scripts
+# without the runtime library are safe from it.
 ENV_HEARTBEAT_DIR = "CLUSTERTRAIN_HEARTBEAT_DIR"
 HEARTBEAT_DIR = "heartbeats"
 DUMP_SIGNAL = "WINCH"
+DUMPS_SUFFIX = ".dumps"
 HANG_FILE = "hang.txt"
 
 # Spare nodes (spare_nodes): the batch script trains on the nodes named in ENV_ACTIVE_NODES (a

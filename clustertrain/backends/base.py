@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from clustertrain import runs
 from clustertrain.errors import UserError
-from clustertrain.jobstate import Accounting, Allocation, JobState
+from clustertrain.jobstate import Accounting, Allocation, Holding, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
@@ -101,10 +101,18 @@ class Backend(ABC):
             return None, f"no accounting: {str(exc)[:160]}"
         return (found, "") if found is not None else (None, self.no_accounting)
 
-    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
+    def holding(self, run: Run) -> Holding:
+        """The job's state, owner and nodes as its scheduler holds them now: what a command
+        inside it is checked against (clustertrain.backends.inside)."""
+        raise UserError(f"JOB: {run.job_id}: the {self.name} backend runs no command on its nodes")
+
+    def node_command(
+        self, run: Run, argv: Sequence[str], node: str | None = None, pty: bool = False
+    ) -> list[str]:
         """The command line that runs ``argv`` inside the running job's allocation, once on each
-        of its nodes (or on ``node`` alone): what a shell in the job, every rank's stack and a
-        live view of its nodes are made of. Raises :class:`UserError` where it cannot."""
+        of its nodes (or on ``node`` alone, with a terminal where ``pty``): what a shell in the
+        job, every rank's stack and a live view of its nodes are made of. Raises
+        :class:`UserError` where it cannot."""
         raise UserError(f"JOB: {run.job_id}: the {self.name} backend runs no command on its nodes")
 
     def sync(self, run: Run) -> None:  # noqa: B027 - a hook: most backends write here already

@@ -26,7 +26,7 @@ from clustertrain import protocol
 from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, read_regular
-from clustertrain.jobstate import JOB_IDS, LOCAL, Accounting, JobState
+from clustertrain.jobstate import JOB_IDS, LOCAL, Accounting, Holding, JobState
 from clustertrain.procs import start_time
 from clustertrain.render import (
     OFFLINE_ENV,
@@ -144,10 +144,12 @@ def supervise(run_dir: Path) -> int:
         try:
             # A session of its own: a terminal's or a notebook kernel's interrupt reaches the
             # launcher once, through _Stop, not twice.
+            env = environment(spec, run_dir, dict(os.environ))
+            # The ranks' heartbeats, as on a node: what `stacks` and `top` read (no watchdog).
+            env[protocol.ENV_HEARTBEAT_DIR] = str(log_dir / protocol.HEARTBEAT_DIR)
             launcher = subprocess.Popen(
-                argv, stdout=out, stderr=err, env=environment(spec, run_dir, dict(os.environ)),
-                start_new_session=True,
-            )  # fmt: skip
+                argv, stdout=out, stderr=err, env=env, start_new_session=True
+            )
         except OSError as exc:
             err.write(f"clustertrain: cannot start {argv[0]}: {exc.strerror}\n".encode())
             write_state(run_dir, pid=me, start_time=start_time(me), exit_code=127)
@@ -239,8 +241,15 @@ class LocalBackend(Backend):
             return None
         return Accounting(run.job_id, found.state, found.exit_code)
 
-    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
-        """A local run's one node is this machine: the command itself."""
+    def holding(self, run: Run) -> Holding:
+        """This machine, the one node, while the run's supervisor runs (started by this user:
+        its run folder is theirs)."""
+        return Holding(run.job_id, self.state(run).state, os.getuid(), (NODE,))
+
+    def node_command(
+        self, run: Run, argv: Sequence[str], node: str | None = None, pty: bool = False
+    ) -> list[str]:
+        """A local run's one node is this machine: the command itself (in this terminal)."""
         if node not in (None, NODE):
             raise UserError(f"node: {node!r}: a local run has one node, {NODE}")
         return list(argv)

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from clustertrain.cli import inside as cli_inside
 from clustertrain.cli import runs as cli_runs
 from clustertrain.cli.cluster import cluster
 from clustertrain.cli.notebook import echo_queued, notebook_submit
@@ -325,6 +326,9 @@ def clear_nodes(
 
 for command in (
     cluster,
+    cli_inside.attach,
+    cli_inside.stacks,
+    cli_inside.top,
     cli_runs.status,
     cli_runs.list_jobs,
     cli_runs.plot,

@@ -14,10 +14,10 @@ node that goes quiet sends it to the roll call (clustertrain.node.rollcall), and
 does not answer is named in ``LOST_FILE`` and the step ended at once, so that the supervisor can
 start it again on a spare instead of waiting minutes for Slurm's verdict on the node.
 
-Stacks: ranks with the runtime library write their own through faulthandler on
-``DUMP_SIGNAL`` (even inside a C call); for the others, ``python -m clustertrain.node.watchdog
-dump`` runs on every node (an overlapping step) and takes them with ``py-spy dump``. Each file says
-which way it was taken by its format, and the summary names the tool.
+Stacks: ``python -m clustertrain.node.stacks`` runs on every node (an overlapping step), as for
+``clustertrain stacks``: ranks with the runtime library write their own through faulthandler on
+``DUMP_SIGNAL`` (even inside a C call), py-spy reads the others. Each file says which way it was
+taken by its format, and the summary names the tool.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,24 +32,18 @@ import time
 from pathlib import Path
 
 from clustertrain import protocol
-from clustertrain.node import rollcall, straggler
+from clustertrain.node import frames, rollcall, stacks, straggler
 from clustertrain.procs import proc_stat
 from clustertrain.rank import events
 
-# After the dump signal, how long the ranks have to write their stacks; how long py-spy may take
-# on every node; after SIGTERM, how long srun has to end the step before SIGKILL.
-DUMP_WAIT_S, PY_SPY_WAIT_S, STOP_WAIT_S = 5.0, 60.0, 30.0
+# How long the stacks may take on every node (a signal, else py-spy: node.stacks); after SIGTERM,
+# how long srun has to end the step before SIGKILL.
+STACKS_WAIT_S, STOP_WAIT_S = 90.0, 30.0
 # A step with a lost node: srun waits for that node's answer, which will not come, and its
 # tasks on the other nodes are killed through slurmctld (scancel) meanwhile: a short grace.
 LOST_STOP_WAIT_S = 0.3
 _BEAT = re.compile(r"rank-(\d+)")
 _STACK = re.compile(r"rank-(\d+)\.stack")
-# A frame as faulthandler writes it, and as py-spy does.
-_FAULTHANDLER = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
-_PY_SPY = re.compile(r"^\s+(?P<func>\S.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
-# Frames of Python itself and of installed packages: the place a rank waits is named by its
-# innermost frame, and where in the user's code by the innermost frame outside these.
-_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen ")
 
 
 def progress(folder: Path, quiet: bool) -> tuple[dict[int, int], float | None]:
@@ -83,22 +76,6 @@ def _ranks_wrote(log: Path) -> bool:
     return any(protocol.RANK_PREFIX.match(line) for line in tail.splitlines())
 
 
-def where(stack: str) -> str | None:
-    """Where a rank's main thread is, from faulthandler's dump or py-spy's: ``func (file:N)``."""
-    for block in re.split(r"\n(?=\S)", stack):
-        frames = [
-            m.groupdict()
-            for line in block.splitlines()
-            if (m := _FAULTHANDLER.match(line) or _PY_SPY.match(line))
-        ]
-        # faulthandler writes no thread names: the main thread is the one that starts in a module.
-        # Under `python -m`, runpy's frames sit below the module's: any <module> frame will do.
-        if frames and (any(f["func"] == "<module>" for f in frames) or '"MainThread"' in block):
-            user = next((f for f in frames if not _LIBRARY.search(f["file"])), frames[0])
-            return f"{frames[0]['func']} ({Path(user['file']).name}:{user['line']})"
-    return None
-
-
 def summary(folder: Path, steps: dict[int, int], quiet_s: float) -> str:
     """One line: how long nothing moved, the newest step, and each group of ranks' place."""
     ranks = set(steps)
@@ -110,11 +87,10 @@ def summary(folder: Path, steps: dict[int, int], quiet_s: float) -> str:
             stack = (folder / f"rank-{rank}.stack").read_text(errors="replace")
         except OSError:
             stack = ""
-        place = where(stack)
-        places.setdefault(place or "no stack (it did not answer)", []).append(rank)
+        place = frames.where(stack)
+        places.setdefault(place or frames.NO_STACK, []).append(rank)
         if place is not None:
-            tool = "py-spy" if stack.startswith("Process ") else "faulthandler"
-            tools.setdefault(tool, []).append(rank)
+            tools.setdefault(frames.tool(stack), []).append(rank)
     head = f"hang at step {max(steps.values())}" if steps else "hang"
     said = "; ".join(f"{protocol.rank_list(group)} in {place}" for place, group in places.items())
     said = said or "no rank's stack was found"
@@ -133,15 +109,7 @@ def declare(folder: Path, steps: dict[int, int], newest: float, srun_pid: int) -
     """Take the stacks, say where every rank is, end the step; returns what it said."""
     quiet_s = time.time() - newest
     folder.mkdir(parents=True, exist_ok=True)
-    job = os.environ.get("SLURM_JOB_ID", "")
-    signum = int(getattr(signal, f"SIG{protocol.DUMP_SIGNAL}"))
-    if job:  # every process of the job's steps; the batch shell is not one
-        subprocess.run(["scancel", f"--signal={signum}", job], check=False, timeout=60)
-    deadline = time.monotonic() + DUMP_WAIT_S
-    while steps and time.monotonic() < deadline and not _all_stacks(folder, steps):
-        time.sleep(0.2)
-    if job and not (steps and _all_stacks(folder, steps)):
-        _py_spy_on_every_node(folder)
+    _take_stacks(folder)
     said = summary(folder, steps, quiet_s)
     (folder / protocol.HANG_FILE).write_text(said + "\n")
     events.record(events.HANG, step=max(steps.values(), default=0), seconds=quiet_s)
@@ -180,73 +148,21 @@ def _active_nodes() -> list[str]:
     return [node for node in os.environ.get(protocol.ENV_ACTIVE_NODES, "").split(",") if node]
 
 
-def _all_stacks(folder: Path, steps: dict[int, int]) -> bool:
-    """Whether every rank's stack names where its main thread is. Not merely a file that is not
-    empty: faulthandler writes a dump line by line, and a rank descheduled halfway through has
-    written its header and none of its frames yet (a busy host showed it: "no stack")."""
-    for rank in steps:
-        try:
-            stack = (folder / f"rank-{rank}.stack").read_text(errors="replace")
-        except OSError:
-            return False
-        if where(stack) is None:
-            return False
-    return True
-
-
-def _py_spy_on_every_node(folder: Path) -> None:
-    """``dump`` on every node of the job, beside the hung step (``--overlap``)."""
+def _take_stacks(folder: Path) -> None:
+    """Every rank's stack into ``folder`` (clustertrain.node.stacks): on every node of the step
+    beside it (``--overlap``), or here where no Slurm job holds the step (a local run)."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        stacks.take(folder, folder)
+        return
     nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
     argv = ["srun", "--overlap", "--ntasks-per-node=1"]
     if active := _active_nodes():  # the step's nodes, not the spares
         nodes = str(len(active))
         argv.append(f"--nodelist={','.join(active)}")
     argv += [f"--nodes={nodes}", f"--ntasks={nodes}"]
-    argv += [sys.executable, "-m", "clustertrain.node.watchdog", "dump", str(folder)]
+    argv += [sys.executable, "-m", "clustertrain.node.stacks", str(folder), str(folder)]
     with contextlib.suppress(subprocess.TimeoutExpired):  # what was taken by then is kept
-        subprocess.run(argv, check=False, timeout=PY_SPY_WAIT_S, stdout=subprocess.DEVNULL)
-
-
-def dump(folder: Path) -> None:
-    """On one node: py-spy's stacks of this job's ranks here that did not write their own."""
-    spy = shutil.which("py-spy")
-    folder.mkdir(parents=True, exist_ok=True)
-    for pid, rank in _ranks_here(folder):
-        out = folder / f"rank-{rank}.stack"
-        if out.exists() and out.stat().st_size > 0:
-            continue
-        if spy is None:
-            out.write_text("no stack: py-spy is not installed on this node (pip install py-spy)\n")
-            continue
-        out.write_text(_py_spy(spy, pid))
-
-
-def _py_spy(spy: str, pid: str) -> str:
-    """py-spy's stacks of ``pid``, with full file names: the user's own frames are told from
-    the libraries' by them."""
-    argv = [spy, "dump", "--full-filenames", "--pid", pid]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    return done.stdout or f"no stack: py-spy said {done.stderr.strip()[:300]}\n"
-
-
-def _ranks_here(folder: Path) -> list[tuple[str, int]]:
-    """(pid, rank) of this node's processes that are ranks of the step ``folder`` belongs to:
-    the launcher gives each a RANK and a LOCAL_RANK, the batch script the folder, and Slurm the
-    node's name. The name matters where nodes share a process table (the local cluster's
-    namespaces do): two py-spy attached to one rank at once leave one of them with no stack."""
-    wanted = f"{protocol.ENV_HEARTBEAT_DIR}={folder}".encode()
-    node = f"SLURMD_NODENAME={os.environ.get('SLURMD_NODENAME', '')}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        rank = next((e[5:] for e in environ if e.startswith(b"RANK=")), b"")
-        ours = wanted in environ and node in environ
-        if ours and rank.isdigit() and any(e.startswith(b"LOCAL_RANK=") for e in environ):
-            found.append((proc.name, int(rank)))
-    return found
+        subprocess.run(argv, check=False, timeout=STACKS_WAIT_S, stdout=subprocess.DEVNULL)
 
 
 def _stop(pid: int, term_wait_s: float = STOP_WAIT_S) -> None:
@@ -343,13 +259,10 @@ def _checkpointed_since(when: float) -> bool:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "dump":
-        dump(Path(sys.argv[2]))
-    else:
-        watched = None
-        if len(sys.argv) > 5:  # THRESHOLD warn|replace
-            watched = Stragglers(float(sys.argv[5]), sys.argv[6] == "replace")
-        watch(
-            Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "quiet",
-            stragglers=watched,
-        )  # fmt: skip
+    watched = None
+    if len(sys.argv) > 5:  # THRESHOLD warn|replace
+        watched = Stragglers(float(sys.argv[5]), sys.argv[6] == "replace")
+    watch(
+        Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "quiet",
+        stragglers=watched,
+    )  # fmt: skip

@@ -190,24 +190,26 @@ def milestone(name: str, seconds: float | None = None) -> None:
 
 
 class _Heartbeat:
-    """One rank's progress file: the newest step and the running total of seconds in
-    :func:`compute` sections, written in place at every call (one pwrite of a fixed-width line:
-    microseconds, bench/heartbeat.py), its mtime the time of progress. Beside it, once, the
-    rank's node (``rank-N.node``), for the watchdog's straggler scores."""
+    """One rank's progress file: the newest step, the running totals of seconds in
+    :func:`compute` sections and of samples, written in place at every call (one pwrite of a
+    fixed-width line: microseconds, bench/heartbeat.py), its mtime the time of progress. Beside
+    it, once, the rank's node (``rank-N.node``), for the watchdog's straggler scores."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
         self.ready = False
         self.compute_s = 0.0
+        self.samples = 0
 
     def beat(self, step: int) -> None:
         if not self.ready:
             self._start()
         if self.fd is not None:
-            os.pwrite(self.fd, f"{step:>20} {self.compute_s:>20.6f}\n".encode(), 0)
+            line = f"{step:>20} {self.compute_s:>20.6f} {self.samples:>20}\n"
+            os.pwrite(self.fd, line.encode(), 0)
 
     def _start(self) -> None:
-        """Open the file, and have every thread's stack written beside it on DUMP_SIGNAL
+        """Open the file, and have every thread's stack appended beside it on DUMP_SIGNAL
         (faulthandler: it works even while the rank is blocked inside a C call)."""
         self.ready = True
         folder = os.environ.get(protocol.ENV_HEARTBEAT_DIR)
@@ -218,7 +220,9 @@ class _Heartbeat:
         self.fd = os.open(Path(folder, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o644)
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         Path(folder, f"rank-{rank}.node").write_text(node + "\n", encoding="utf-8")
-        stacks = open(Path(folder, f"rank-{rank}.stack"), "w")  # noqa: SIM115 - kept open
+        # Appended to at each signal: whoever sent it reads what came after (node.stacks).
+        dumps = Path(folder, f"rank-{rank}{protocol.DUMPS_SUFFIX}")
+        stacks = open(dumps, "w")  # noqa: SIM115 - kept open
         signum = getattr(signal, f"SIG{protocol.DUMP_SIGNAL}")
         faulthandler.register(signum, file=stacks, all_threads=True, chain=False)
 
@@ -262,12 +266,15 @@ def time_forward(module: Any) -> None:
     module.register_forward_hook(after)
 
 
-def heartbeat(step: int) -> None:
-    """Say this rank made progress (call it once per training step, on every rank).
+def heartbeat(step: int, samples: int = 0) -> None:
+    """Say this rank made progress (call it once per training step, on every rank); with
+    ``samples``, how many this rank trained on since its last call (``clustertrain top`` shows
+    samples per second from their running total).
 
     In a clustertrain job, the batch script's watchdog declares a hang when no rank has called
     this for ``hang_timeout_s`` seconds: it saves every rank's stack in the run folder, names
     the ranks that are stuck and where, and ends the job instead of letting it burn its
     allocation until the time limit. Outside a job it does nothing.
     """
+    _HEARTBEAT.samples += int(samples)
     _HEARTBEAT.beat(step)

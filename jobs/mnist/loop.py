@@ -313,7 +313,7 @@ class Trainer:
             count = torch.tensor(len(y), dtype=torch.float64, device=s.device)
             at.loss_sum += torch.stack([loss.detach().double() * len(y), count])
             at.step = step
-            runtime.heartbeat((epoch - 1) * total + step)
+            runtime.heartbeat((epoch - 1) * total + step, samples=len(y))
             if bar is not None:
                 bar.update()
             elif s.is_main and (step % config.log_every == 0 or step == total):

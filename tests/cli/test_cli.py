@@ -179,6 +179,10 @@ def test_unknown_job_is_exit_2(cli_env: dict[str, str]) -> None:
         ["cancel", "4242"],
         ["status", "last"],
         ["logs", "../../etc"],
+        ["stacks", "4242"],
+        ["top", "4242", "--once"],
+        ["attach", "../../etc"],
+        ["attach", "-x"],
     ):
         done = run_cli(*command, env=cli_env)
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, command

@@ -64,14 +64,14 @@ def test_the_runtimes_heartbeat_line_and_node_file_are_what_the_watchdog_reads(
         "for step in (1, 2):\n"
         "    with runtime.compute():\n"
         "        sum(range(100000))\n"
-        "    runtime.heartbeat(step)\n"
+        "    runtime.heartbeat(step, samples=32)\n"
     )
     env = {**os.environ, protocol.ENV_HEARTBEAT_DIR: str(tmp_path), "RANK": "3", "WORLD_SIZE": "4",
            "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
            "SLURMD_NODENAME": "node7"}  # fmt: skip
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
-    step, total = (tmp_path / "rank-3").read_text().split()
-    assert step == "2" and float(total) > 0
+    step, total, samples = (tmp_path / "rank-3").read_text().split()
+    assert step == "2" and float(total) > 0 and samples == "64"  # top's samples/s
     watched = Stragglers(2.0, replace=False)
     assert watched.poll(tmp_path, srun_pid=os.getpid()) is False
     assert watched.nodes == {3: "node7"} and watched.scorer.history[3][-1].step == 2
@@ -100,5 +100,5 @@ def test_time_forward_counts_the_training_forward_of_the_module_inside_ddp_not_e
     env = {**os.environ, protocol.ENV_HEARTBEAT_DIR: str(tmp_path), "RANK": "0", "WORLD_SIZE": "1",
            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}  # fmt: skip
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
-    step, total = (tmp_path / "rank-0").read_text().split()
+    step, total, _ = (tmp_path / "rank-0").read_text().split()
     assert step == "2" and 0.05 <= float(total) < 1.0  # the training forward, not the eval one

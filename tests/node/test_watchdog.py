@@ -1,8 +1,8 @@
 """The hang watchdog on real processes: ranks that beat through clustertrain.runtime and then
 stop, their stacks taken by faulthandler on the dump signal, a stand-in for srun ended.
 
-Slurm's part (scancel delivering the signal to every process of the steps) is stood in for by
-a fake ``scancel`` that signals the test's ranks; the real path runs in tests/e2e/test_hang_e2e.py.
+Slurm's part (srun running clustertrain.node.stacks on every node) is stood in for by a fake
+``srun`` that runs it here; the real path runs in tests/e2e/test_hang_e2e.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from clustertrain import protocol
-from clustertrain.node import watchdog
+from clustertrain.node import frames, watchdog
 from tests.conftest import ROOT
 
 RANK = """
@@ -49,7 +49,9 @@ def ranks(tmp_path: Path) -> list[subprocess.Popen[bytes]]:
         env = {
             **os.environ,
             "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
             "WORLD_SIZE": "3",
+            "SLURMD_NODENAME": "node1",
             protocol.ENV_HEARTBEAT_DIR: str(tmp_path / "beats"),
         }
         argv = [sys.executable, str(script), str(rank), str(tmp_path / f"done-{rank}")]
@@ -69,11 +71,14 @@ def test_a_hang_is_declared_with_every_ranks_place_and_the_step_ended(
 ) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    pids = " ".join(str(p.pid) for p in ranks)
-    (bin_dir / "scancel").write_text(f"#!/bin/sh\nkill -s WINCH {pids}\n")
-    (bin_dir / "scancel").chmod(0o755)
+    # srun's options, then the command, run on this "node"
+    (bin_dir / "srun").write_text(
+        '#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec "$@"\n'
+    )
+    (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURMD_NODENAME", "node1")
     monkeypatch.setenv(protocol.ENV_EVENTS_FILE, str(tmp_path / "events.jsonl"))
     srun = subprocess.Popen(["sleep", "300"])  # stands in for srun
     folder = tmp_path / "beats"
@@ -123,7 +128,7 @@ def test_where_reads_py_spys_stacks_too() -> None:
         "    all_reduce (/v/lib/python3.11/site-packages/torch/distributed/c10d.py:2501)\n"
         "    step (/home/me/train.py:40)\n    <module> (/home/me/train.py:52)\n"
     )
-    assert watchdog.where(stack) == "all_reduce (train.py:40)"
+    assert frames.where(stack) == "all_reduce (train.py:40)"
 
 
 def test_where_reads_a_module_run_with_python_m_and_not_a_dump_cut_halfway() -> None:
@@ -139,8 +144,8 @@ def test_where_reads_a_module_run_with_python_m_and_not_a_dump_cut_halfway() -> 
         '  File "<frozen runpy>", line 88 in _run_code\n'
         '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
     )
-    assert watchdog.where(stack) == "wait (train.py:3)"
-    assert watchdog.where("Current thread 0x00007f163a442b80 (most recent call first):\n") is None
+    assert frames.where(stack) == "wait (train.py:3)"
+    assert frames.where("Current thread 0x00007f163a442b80 (most recent call first):\n") is None
 
 
 def test_rank_lists_and_a_rank_that_did_not_answer(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ prepares and queues the job in a snapshot of the code (snapshot.py); this side k
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, parse_json, printable
 from clustertrain.jobstate import JOB_IDS, JobState
+from clustertrain.protocol import NODE_NAME
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run, runs_root
 
@@ -120,13 +122,20 @@ class RemoteBackend(Backend):
     def relay(self, run: Run, command: str, args: Sequence[str] = (), follow: bool = False) -> int:
         if command == "logs" and follow:
             return follow_logs(self.remote, args)
-        return forward(self.remote, command, args)
+        # attach's shell needs a terminal on the login node too (srun --pty there)
+        return forward(self.remote, command, args, tty=command == "attach" and sys.stdin.isatty())
 
-    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
-        """The login node's ``srun`` into the allocation, through ssh (one shared connection)."""
+    def node_command(
+        self, run: Run, argv: Sequence[str], node: str | None = None, pty: bool = False
+    ) -> list[str]:
+        """The login node's ``srun`` into the allocation, through ssh (one shared connection;
+        ``-t``: a terminal there too, for ``--pty``)."""
+        if node is not None and not NODE_NAME.fullmatch(node):
+            raise UserError(f"--node: {node[:40]!r} is not a node name (e.g. node2)")
         words = ["srun", f"--jobid={run.job_id}", "--overlap", "--ntasks-per-node=1"]
-        words += [f"--nodelist={node}", "--nodes=1"] if node else []
-        return ssh.argv(self.remote.host, [*words, *argv])
+        words += [f"--nodelist={node}", "--nodes=1", "--ntasks=1"] if node else []
+        words += ["--pty"] if pty else []
+        return ssh.argv(self.remote.host, [*words, "--", *argv], tty=pty)
 
     def host(self) -> str:
         return self.remote.host

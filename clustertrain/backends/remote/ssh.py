@@ -94,8 +94,16 @@ def command(words: Sequence[str], raw: str = "") -> str:
     return raw + " ".join(shlex.quote(word) for word in words)
 
 
-def argv(host: str, words: Sequence[str], raw: str = "") -> list[str]:
-    return ["ssh", *options(), "--", check_host(host), command(words, raw)]
+def argv(host: str, words: Sequence[str], raw: str = "", tty: bool = False) -> list[str]:
+    """ssh's command line; ``tty``: ``-t``, a terminal on the host (an interactive shell)."""
+    return [
+        "ssh",
+        *options(),
+        *(["-t"] if tty else []),
+        "--",
+        check_host(host),
+        command(words, raw),
+    ]
 
 
 def run(

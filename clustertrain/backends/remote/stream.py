@@ -34,9 +34,15 @@ _SAID_BYTES = 64 << 10
 LINE_BYTES = 1 << 20  # a longer line of the host's is printed in pieces of this many bytes
 
 
-def forward(remote: Remote, command: str, args: Sequence[str] = ()) -> int:
-    """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status."""
+def forward(remote: Remote, command: str, args: Sequence[str] = (), tty: bool = False) -> int:
+    """``clustertrain COMMAND RUN_DIR ARGS`` on the host, its output here; its exit status
+    (``tty``: with a terminal there, ssh -t)."""
     words = [remote.clustertrain, command, *run_words(remote), *args]
+    if tty:  # a terminal there and here (attach): the user's own session, not lines to read
+        done = subprocess.run(ssh.argv(remote.host, words, tty=True), check=False)
+        if done.returncode in (127, 255):
+            ssh.fail(remote.host, words, done.returncode, "")
+        return done.returncode
     with (
         tempfile.TemporaryFile() as said,  # a file: a full pipe would stop the host's lines
         subprocess.Popen(ssh.argv(remote.host, words), stdout=subprocess.PIPE, stderr=said) as proc,

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clustertrain.backends.base import Backend
-from clustertrain.jobstate import JOB_IDS, Accounting, Allocation, JobState
+from clustertrain.jobstate import JOB_IDS, Accounting, Allocation, Holding, JobState
 from clustertrain.render import RenderedJob
 from clustertrain.runs import Run
 
 from . import preflight as preflight_checks
 from .cluster_info import ClusterInfo
-from .commands import Slurm, checked_job_id
+from .commands import Slurm, checked_job_id, checked_node
 
 
 class SlurmBackend(Backend):
@@ -60,10 +60,22 @@ class SlurmBackend(Backend):
     def allocations(self, run: Run) -> tuple[Allocation, ...] | None:
         return self.slurm.allocations(run.job_id)
 
-    def node_command(self, run: Run, argv: Sequence[str], node: str | None = None) -> list[str]:
+    def holding(self, run: Run) -> Holding:
+        return self.slurm.holding(run.job_id)
+
+    def node_command(
+        self, run: Run, argv: Sequence[str], node: str | None = None, pty: bool = False
+    ) -> list[str]:
         """``srun`` into the job's allocation beside its steps (``--overlap``), one task on
-        each node (or on ``node``); Slurm's own configuration, as every other call."""
+        each node (or on ``node``, with ``--pty``: the task's terminal is this one); Slurm's own
+        configuration, as every other call. Every node is counted out: an srun from outside the
+        allocation has no SLURM_NNODES to default to, and would start one task on one node."""
         words = ["srun", f"--jobid={checked_job_id(run.job_id)}", "--overlap"]
         words += ["--ntasks-per-node=1"]
-        words += [f"--nodelist={node}", "--nodes=1", "--ntasks=1"] if node else []
+        if node:
+            words += [f"--nodelist={checked_node(node)}", "--nodes=1", "--ntasks=1"]
+        else:
+            count = len(self.holding(run).nodes) or 1
+            words += [f"--nodes={count}", f"--ntasks={count}"]
+        words += ["--pty"] if pty else []
         return [*words, "--", *argv]

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clustertrain.errors import SchedulerUnreachable, UserError
-from clustertrain.jobstate import JOB_ID, Accounting, Allocation, JobState
+from clustertrain.jobstate import JOB_ID, Accounting, Allocation, Holding, JobState
+from clustertrain.protocol import NODE_NAME
 from clustertrain.render import RenderedJob
 from clustertrain.render.container import APPTAINER
 from clustertrain.spec.fields import CONTAINER_RUNTIMES
@@ -28,8 +29,10 @@ from .cluster_info import ClusterInfo
 from .parse import (
     ACCOUNTING_FIELDS,
     ALLOCATION_FIELDS,
+    node_list,
     parse_accounting,
     parse_allocations,
+    parse_holding,
     parse_nodes,
     parse_partitions,
     parse_sacct,
@@ -49,6 +52,14 @@ def checked_job_id(job_id: str) -> str:
     if not JOB_ID.fullmatch(job_id):
         raise UserError(f"JOB: {job_id[:40]!r} is not a Slurm job id (digits, or N_M)")
     return job_id
+
+
+def checked_node(node: str) -> str:
+    """A node's name as srun's ``--nodelist`` may take it: one plain name, never a range, an
+    option or a second line."""
+    if not NODE_NAME.fullmatch(node):
+        raise UserError(f"--node: {node[:40]!r} is not a node name (e.g. node2)")
+    return node
 
 
 def slurm_environ(conf: Path | None = None) -> dict[str, str]:
@@ -176,6 +187,21 @@ class Slurm:
         if completed.returncode == 0 and completed.stdout.strip():
             return parse_sacct(job_id, completed.stdout)
         return JobState(job_id=job_id, state="UNKNOWN")
+
+    def holding(self, job_id: str) -> Holding:
+        """What the controller says of the job's hold on its nodes, the NodeList expanded by
+        Slurm itself (``node[1-3]``); a job it no longer holds is refused in one line."""
+        shown = self._call("scontrol", "show", "job", "--oneliner", checked_job_id(job_id))
+        if shown.returncode != 0 or not shown.stdout.strip():
+            if "Invalid job id" in shown.stderr:
+                raise UserError(f"JOB: {job_id}: Slurm no longer holds this job: it has ended")
+            raise SlurmUnreachable(
+                f"cannot ask Slurm about job {job_id}: {_first_error_line(shown.stderr)}"
+            )
+        listed = node_list(shown.stdout)
+        names = self._call("scontrol", "show", "hostnames", listed) if listed else None
+        hostnames = names.stdout if names is not None and names.returncode == 0 else ""
+        return parse_holding(job_id, shown.stdout, hostnames)
 
     def cancel(self, job_id: str) -> None:
         """``scancel``; :class:`SlurmUnreachable` when the controller cannot be asked (then

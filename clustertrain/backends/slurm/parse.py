@@ -13,9 +13,11 @@ from clustertrain.jobstate import (
     TERMINAL_STATES,
     Accounting,
     Allocation,
+    Holding,
     JobState,
     StepUsage,
 )
+from clustertrain.protocol import NODE_NAME
 from clustertrain.spec.fields import time_seconds
 
 from .cluster_info import Node, Partition, gpu_count
@@ -39,6 +41,28 @@ def parse_scontrol_job(job_id: str, text: str) -> JobState:
         restarts=int(restarts) if restarts.isdigit() else 0,
         exit_code=fields.get("ExitCode", ""),
         reason=fields.get("Reason", "") if fields.get("Reason") != "None" else "",
+    )
+
+
+def node_list(text: str) -> str | None:
+    """The NodeList of ``scontrol show job --oneliner``, or None where it holds none."""
+    found = dict(_KEY_VALUE.findall(text)).get("NodeList", "")
+    return found if found not in ("", "(null)") else None
+
+
+def parse_holding(job_id: str, text: str, hostnames: str = "") -> Holding:
+    """A job's allocation from ``scontrol show job --oneliner`` and ``scontrol show hostnames``
+    of its NodeList; a name that is not a plain node name is left out (it could never be one:
+    it would reach srun's --nodelist)."""
+    fields = dict(_KEY_VALUE.findall(text))
+    uid = re.fullmatch(r"[^()]*\((\d+)\)", fields.get("UserId", ""))
+    nodes = tuple(name for name in hostnames.split() if NODE_NAME.fullmatch(name))
+    return Holding(
+        job_id=job_id,
+        state=fields.get("JobState", "UNKNOWN"),
+        uid=int(uid[1]) if uid else None,
+        nodes=nodes,
+        workdir=fields.get("WorkDir", ""),
     )
 
 
