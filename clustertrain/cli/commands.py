@@ -18,6 +18,7 @@ from clustertrain.cli import runs as cli_runs
 from clustertrain.cli.cluster import cluster
 from clustertrain.cli.notebook import echo_queued, notebook_submit
 from clustertrain.cli.options import (
+    DashCommand,
     host_option,
     prepare_option,
     remote_clustertrain_option,
@@ -39,17 +40,6 @@ Examples:
 """
 
 
-class _SubmitCommand(click.Command):
-    """Keeps everything after ``--`` for the training script, untouched by option parsing."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" in args:
-            cut = args.index("--")
-            ctx.meta["train_args"] = tuple(args[cut + 1 :])
-            args = args[:cut]
-        return super().parse_args(ctx, args)
-
-
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog="""\b
@@ -64,7 +54,7 @@ def cli() -> None:
     """Run a PyTorch training script on many Slurm nodes: torchrun or accelerate, one command."""
 
 
-@cli.command(cls=_SubmitCommand, epilog=_EPILOG_SUBMIT)
+@cli.command(cls=DashCommand, epilog=_EPILOG_SUBMIT)
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @spec_options
 @prepare_option
@@ -128,7 +118,7 @@ def submit(
 
 
 @cli.command(
-    cls=_SubmitCommand,
+    cls=DashCommand,
     epilog="\b\nExamples:\n  clustertrain run jobs/mnist.yaml --nodes 2 -- --epochs 1\n"
     "  clustertrain run --script train.py --procs-per-node 2 --dry-run",
 )

@@ -10,25 +10,14 @@ import time
 
 import click
 
-from clustertrain.cli.options import runs_dir_option
+from clustertrain.cli.options import AFTER_DASHES, DashCommand, runs_dir_option
 from clustertrain.cli.runs import relayed
 
 REFRESH_S = 2.0  # top's refresh, as top(1)'s default is near
 
 
-class _AttachCommand(click.Command):
-    """Keeps everything after ``--`` as the command to run, untouched by option parsing."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" in args:
-            cut = args.index("--")
-            ctx.meta["command"] = tuple(args[cut + 1 :])
-            args = args[:cut]
-        return super().parse_args(ctx, args)
-
-
 @click.command(
-    cls=_AttachCommand,
+    cls=DashCommand,
     epilog="\b\nExamples:\n  clustertrain attach 42                 # a shell on its first node\n"
     "  clustertrain attach 42 --node node2\n  clustertrain attach 42 -- nvidia-smi\n"
     "  clustertrain attach 42 -- bash -c 'ls $CLUSTERTRAIN_OUT_DIR'",
@@ -48,7 +37,7 @@ def attach(ctx: click.Context, job: str, node: str | None, runs_dir: str | None)
     from clustertrain.backends import inside
 
     attached = Job.attach(job, runs_dir)
-    command = ctx.meta.get("command", ())
+    command = ctx.meta.get(AFTER_DASHES, ())
     relayed(
         attached,
         "attach",

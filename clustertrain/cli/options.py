@@ -12,6 +12,22 @@ from clustertrain.spec import JobSpec
 from clustertrain.spec.flags import flag_name
 from clustertrain.spec.jobfile import Plain
 
+# Where a command that takes words after ``--`` keeps them (ctx.meta): the training script's
+# arguments for submit and run, the command for attach.
+AFTER_DASHES = "after_dashes"
+
+
+class DashCommand(click.Command):
+    """A command that keeps everything after ``--`` untouched by option parsing, in
+    ``ctx.meta[AFTER_DASHES]``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[AFTER_DASHES] = tuple(args[cut + 1 :])
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
 
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
@@ -76,7 +92,7 @@ def spec_fields(ctx: click.Context, replace_args: bool, flags: dict[str, Any]) -
     """Flags as spec fields (in place); returns the args that follow the job file's.
 
     A repeatable flag not given is None (the job file's value stands), like any other."""
-    train_args = list(ctx.meta.get("train_args", ()))
+    train_args = list(ctx.meta.get(AFTER_DASHES, ()))
     flags["args"] = train_args if replace_args else None
     for field in SPEC_FLAGS:
         if _is_int(field) and flags[field.name] is not None:
