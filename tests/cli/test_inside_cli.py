@@ -139,7 +139,12 @@ def test_top_refreshes_until_ctrl_c_which_ends_it_quietly(
 ) -> None:
     argv = [sys.executable, "-P", "-m", "clustertrain", "top", "42"]
     env = {**os.environ, **_cli_env(tmp_path)}
-    watching = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # SIGINT at its default, as from a terminal: a suite started in the background (`cmd &`)
+    # ignores it, and Python keeps an ignored SIGINT ignored, so top would never hear Ctrl-C.
+    watching = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     log, deadline = tmp_path / "srun.log", time.monotonic() + 60
     while not log.exists() or log.read_text().count("\n") < 3:  # a third reading has begun
         assert time.monotonic() < deadline and watching.poll() is None
