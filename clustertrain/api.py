@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from clustertrain.runs.folderstate import Answer
     from clustertrain.runs.report import Report
     from clustertrain.runs.why import Cause
+    from clustertrain.track import Summary
 
 __all__ = [
     "Job",
@@ -346,6 +347,31 @@ class Job:
         its ``step``, ``time`` and ``attempt``), from its events: any script's."""
         self.backend.sync(self.run)
         return self.run.metrics()
+
+    def track(
+        self,
+        to: str,
+        follow: bool = False,
+        uri: str | None = None,
+        logdir: str | None = None,
+        say: Callable[[str], None] = print,
+    ) -> Summary:
+        """Relay the job's records to tracker ``to`` (``mlflow``, ``tensorboard``, ``wandb``)
+        from where the last relay stopped; with ``follow``, live until the job ended (see
+        :mod:`clustertrain.track`). ``say`` hears what the relay has to say."""
+        from clustertrain import track  # lazy: start-up time
+
+        if runs.tasks(self.run):
+            raise UserError(f"JOB: {self.job_id} is a sweep; track each task ({self.job_id}_K)")
+        self.backend.sync(self.run)
+        tracker = track.make(to, self.run, uri, logdir, say)
+
+        def ended() -> str | None:
+            self.backend.sync(self.run)  # a remote run's new events, fetched
+            state = self.job_state()
+            return str(state.state) if state.finished else None
+
+        return track.relay(self.run, tracker, say, follow=follow, state=ended)
 
     def status(
         self, warn: Callable[[str], None] | None = None, state: JobState | None = None

@@ -26,6 +26,7 @@ from clustertrain.cli.options import (
     spec_options,
 )
 from clustertrain.cli.report import report
+from clustertrain.cli.track import track
 from clustertrain.errors import UserError
 from clustertrain.version import __version__
 
@@ -330,6 +331,7 @@ for command in (
     cli_runs.plot,
     cli_runs.results,
     report,
+    track,
     notebook_submit,
 ):
     cli.add_command(command)
