@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.plugins.text.summary import pb as text_pb
+from tensorboard.plugins.text.summary_v2 import text_pb
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from clustertrain import protocol
