@@ -29,6 +29,8 @@ OFFLINE_RUN = re.compile(r"offline-run-[0-9]{8}_[0-9]{6}-[A-Za-z0-9]{1,64}")
 # How many entries of an offline run are checked for links before it is refused as too big.
 MAX_ENTRIES = 100_000
 SYNC_TIMEOUT_S = 600.0
+# W&B's own debug logs, which it links into ~/.cache/wandb and `wandb sync` does not upload.
+LOGS = "logs"
 
 
 class WandB(Tracker):
@@ -115,10 +117,12 @@ def offline_runs(run: Run, say: Callable[[str], None]) -> list[Path]:
 
 
 def _link_outside(folder: Path, inside: Path) -> str | None:
-    """The first link below ``folder`` that leads outside ``inside``; too many entries to
-    check count as one."""
+    """The first link below ``folder`` (but in W&B's :data:`LOGS`) that leads outside
+    ``inside``; too many entries to check count as one."""
     seen = 0
     for parent, dirs, files in os.walk(folder):
+        if Path(parent) == folder and LOGS in dirs:
+            dirs.remove(LOGS)
         for name in dirs + files:
             seen += 1
             path = Path(parent, name)
