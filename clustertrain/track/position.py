@@ -75,8 +75,14 @@ def save(run: Run, tracker: str, position: Position) -> None:
     folder = run.path / FOLDER
     if folder.is_symlink():
         raise UserError(f"{folder}: a symlink, not the relay's folder; it is not written to")
-    folder.mkdir(mode=0o700, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=f".{tracker}.", suffix=".partial", dir=folder)
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd, partial = tempfile.mkstemp(prefix=f".{tracker}.", suffix=".partial", dir=folder)
+    except OSError as exc:  # a teammate's run folder, which a shared runs root lets you read
+        raise UserError(
+            f"{folder}: cannot keep what was sent there ({exc.strerror}); relay only jobs "
+            "whose run folder you can write"
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(position.to_dict(), handle)

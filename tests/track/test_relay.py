@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +158,36 @@ def test_follow_ends_when_the_scheduler_says_the_job_ended(run: runs.Run) -> Non
     fake = Fake()
     summary = relay(run, fake, print, follow=True, state=lambda: "CANCELLED")
     assert summary.state == "CANCELLED" and fake.ended is not None
+
+
+def test_a_forged_events_file_is_read_to_its_last_whole_record(run: runs.Run) -> None:
+    write(run, "metrics", step=1, loss=1.0)
+    with open(run.events_path, "ab") as handle:
+        handle.write(b"\x00\xff" * 9_000_000 + b"\n")  # one line longer than a read
+    write(run, "metrics", step=2, loss=0.5)
+    with open(run.events_path, "ab") as handle:
+        handle.write(b'{"time": 1e9, "event": "metrics", "step": 3, "lo')  # cut mid-record
+    fake = Fake()
+    summary = relay(run, fake, print)
+    assert _steps(fake, "loss") == [(1, 1.0), (2, 0.5)] and summary.skipped >= 1
+
+
+def test_an_events_file_that_is_a_symlink_is_not_read(run: runs.Run, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text('{"time": 1e9, "event": "metrics", "step": 1, "loss": 1.0}\n')
+    run.events_path.unlink()
+    run.events_path.symlink_to(elsewhere)
+    fake = Fake()
+    assert relay(run, fake, print).sent == 0 and fake.sent == []
+
+
+def test_a_run_folder_you_cannot_write_is_one_line(run: runs.Run) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    write(run, "metrics", step=1, loss=1.0)
+    run.path.chmod(0o500)
+    try:
+        with pytest.raises(UserError, match="cannot keep what was sent"):
+            relay(run, Fake(), print)
+    finally:
+        run.path.chmod(0o700)
