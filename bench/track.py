@@ -40,7 +40,9 @@ from clustertrain.track.base import Point, Tracker
 
 
 def build(root: Path, records: int) -> runs.Run:
-    job = render(build_spec(nodes=2, script="train.py"), str(runs.new_run_dir(root, "bench-track")), "/w")
+    job = render(
+        build_spec(nodes=2, script="train.py"), str(runs.new_run_dir(root, "bench-track")), "/w"
+    )
     runs.write_run_files(job)
     run = runs.record_submission(job, "77", "slurm")
     # Within the job's own window (a minute before it was queued on): older events are skipped.
