@@ -45,6 +45,13 @@ def track(
 
     attached = Job.attach(job, runs_dir)
     summary = attached.track(to, follow=follow, uri=uri, logdir=logdir, say=_say)
+    if to == "wandb":  # W&B gets the script's own offline runs, synced once the job ended
+        _say(
+            f"wandb: the job ended {summary.state}; its offline runs are synced (said above)"
+            if summary.state
+            else "wandb: the job has not ended yet; its offline runs are synced once it has"
+        )
+        return
     ended = f"; ended {summary.state}, sent {len(summary.files)} file(s)" if summary.state else ""
     skipped = f"; {summary.skipped} record(s) skipped" if summary.skipped else ""
     _say(f"{to}: {summary.sent} point(s) sent{skipped}{ended}")

@@ -58,3 +58,22 @@ def test_an_unknown_tracker_and_the_help(env_run: tuple[dict[str, str], runs.Run
     assert "clustertrain track 42 --to mlflow --uri http://127.0.0.1:5000 --follow" in (
         helped.stdout
     )
+
+
+def test_track_to_wandb_says_what_it_synced(
+    env_run: tuple[dict[str, str], runs.Run], tmp_path: Path
+) -> None:
+    env, run = env_run
+    offline = run.path / "wandb" / "offline-run-20261207_120000-abc123"
+    offline.mkdir(parents=True)
+    stub = Path(env["PATH"].split(":")[0]) / "wandb"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "synced"}\n')
+    stub.chmod(0o755)
+    write(run, "metrics", step=1, loss=0.5)
+    early = run_cli("track", "42", "--to", "wandb", env=env)
+    assert early.returncode == 0 and "has not ended yet" in early.stdout
+    write(run, "ended", status="0")
+    done = run_cli("track", "42", "--to", "wandb", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"wandb: synced {offline}" in done.stdout
+    assert (tmp_path / "synced").read_text() == f"sync {offline}\n"
