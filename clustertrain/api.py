@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -372,6 +373,19 @@ class Job:
             return str(state.state) if state.finished else None
 
         return track.relay(self.run, tracker, say, follow=follow, state=ended)
+
+    def relaying(
+        self, say: Callable[[str], None] = print
+    ) -> contextlib.AbstractContextManager[None]:
+        """While the body runs (``logs --follow``), the job's records relayed live to each
+        tracker its job file names (``track``); a relay that fails is said, never the body's
+        end."""
+        from clustertrain import track  # lazy: start-up time
+
+        named = track.job_fields(self.run).get("track")
+        names = [n for n in named if n in track.NAMES] if isinstance(named, list) else []
+        relays = [functools.partial(self.track, n, follow=True, say=say) for n in names]
+        return track.alongside(relays, say)
 
     def status(
         self, warn: Callable[[str], None] | None = None, state: JobState | None = None

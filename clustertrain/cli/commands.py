@@ -252,9 +252,10 @@ def logs(
         return
     # The backend's own answer, which raises while Slurm cannot be reached: the follower then
     # reads the run folder and asks again (clustertrain.runs.folderstate.Watch).
-    state = joblogs.follow(
-        run, filters, lambda: attached.backend.state(run), sys.stdout, say=cli_runs.say
-    )
+    with attached.relaying(say=cli_runs.say):  # the job file's `track`, relayed meanwhile
+        state = joblogs.follow(
+            run, filters, lambda: attached.backend.state(run), sys.stdout, say=cli_runs.say
+        )
     cli_runs.ended(attached, state)
 
 

@@ -7,7 +7,18 @@ translation, ``position`` what was sent (``track/<tracker>.json`` in the run fol
 ``wandb`` one module each, imported only when asked for (their libraries are extras)."""
 
 from clustertrain.track.base import Point, Tracker, Unreachable
-from clustertrain.track.relay import Summary, relay
+from clustertrain.track.relay import Summary, alongside, job_fields, relay
 from clustertrain.track.trackers import NAMES, check_uri, make
 
-__all__ = ["NAMES", "Point", "Summary", "Tracker", "Unreachable", "check_uri", "make", "relay"]
+__all__ = [
+    "NAMES",
+    "Point",
+    "Summary",
+    "Tracker",
+    "Unreachable",
+    "alongside",
+    "check_uri",
+    "job_fields",
+    "make",
+    "relay",
+]

@@ -11,8 +11,10 @@ again later, with a backoff of 1 s doubling to 30 s.
 from __future__ import annotations
 
 import copy
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,8 @@ Say = Callable[[str], None]
 ASK_EVERY_S = 5.0
 MAX_BACKOFF_S = 30.0
 MAX_SPEC_BYTES = 1 << 20
+# How long `logs --follow` waits, once the job ended, for its relays to send the end.
+JOIN_S = 60.0
 
 
 @dataclass
@@ -65,7 +69,7 @@ class _Pass:
             self.opened = True
             self.save()
         if not self.at.params:
-            self.tracker.params(records.params(_fields(self.run)))
+            self.tracker.params(records.params(job_fields(self.run)))
             self.at.params = True
             self.save()
         while self._read():
@@ -122,7 +126,7 @@ class _Pass:
             self.say(line)
 
 
-def _fields(run: Run) -> dict[str, object]:
+def job_fields(run: Run) -> dict[str, object]:
     """The job's fields as its run folder recorded them (spec.yaml); none where it cannot be
     read (a run folder is anyone's)."""
     import yaml  # lazy: start-up time (4 ms)
@@ -192,3 +196,24 @@ def relay(
             sleep(poll_s)
     finally:
         tracker.close()
+
+
+@contextmanager
+def alongside(relays: Sequence[Callable[[], object]], say: Say) -> Iterator[None]:
+    """Each of ``relays`` (a relay that follows the job) in a thread of its own while the body
+    runs (``logs --follow``); one that fails is said in a line and the body goes on. Once the
+    body is done, each is given :data:`JOIN_S` to send the end; after an interruption, none
+    (they are daemons: what they sent is kept, the next relay sends the rest)."""
+
+    def run(relay: Callable[[], object]) -> None:
+        try:
+            relay()
+        except UserError as exc:
+            say(f"track: {exc}")
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in relays]
+    for thread in threads:
+        thread.start()
+    yield
+    for thread in threads:
+        thread.join(JOIN_S)

@@ -77,3 +77,22 @@ def test_track_to_wandb_says_what_it_synced(
     assert done.returncode == 0, done.stderr
     assert f"wandb: synced {offline}" in done.stdout
     assert (tmp_path / "synced").read_text() == f"sync {offline}\n"
+
+
+def test_logs_follow_relays_to_the_job_files_trackers(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    env = fake_slurm_down(tmp_path)
+    spec = job_spec(name="mnist", track=["tensorboard"])
+    job = render(spec, str(runs.new_run_dir(tmp_path / "runs", "mnist")), "/w")
+    runs.write_run_files(job)
+    run = runs.record_submission(job, "42", "slurm")
+    write(run, "started", nodes="node1")
+    for step in range(3):
+        write(run, "metrics", step=step, loss=1.0 / (step + 1))
+    write(run, "ended", status="0")
+    done = run_cli("logs", "42", "--follow", env=env)
+    assert done.returncode == 0, done.stderr
+    kept = run.path / "track" / "tensorboard.json"
+    assert kept.exists() and '"done": true' in kept.read_text()
+    again = run_cli("track", "42", "--to", "tensorboard", env=env)
+    assert "tensorboard: 0 point(s) sent" in again.stdout
