@@ -53,7 +53,7 @@ def track(
         )
         return
     ended = f"; ended {summary.state}, sent {len(summary.files)} file(s)" if summary.state else ""
-    skipped = f"; {summary.skipped} record(s) skipped" if summary.skipped else ""
+    skipped = f"; {summary.skipped} record(s) skipped in all" if summary.skipped else ""
     _say(f"{to}: {summary.sent} point(s) sent{skipped}{ended}")
 
 
