@@ -85,6 +85,13 @@ ENV_RDZV_TIMEOUT_S = "CLUSTERTRAIN_RDZV_TIMEOUT_S"
 # The run folder's event log (clustertrain.rank.events), appended to by the batch script and rank 0.
 EVENTS_FILE = "events.jsonl"
 ENV_EVENTS_FILE = "CLUSTERTRAIN_EVENTS_FILE"
+# Where a script writes its own TensorBoard files, in the run folder (the tracker relay writes
+# its own under it too: clustertrain.track.tensorboard).
+TENSORBOARD_DIR = "tensorboard"
+ENV_TENSORBOARD_DIR = "CLUSTERTRAIN_TENSORBOARD_DIR"
+# With `offline: true`, W&B's offline runs go to WANDB_DIR/wandb/offline-run-*, WANDB_DIR being
+# the run folder, where the relay finds them to sync (clustertrain.track.wandb).
+WANDB_DIR = "wandb"
 
 # A node's NVIDIA GPUs, as a shell glob: without one, an accelerate job trains on CPU across the
 # whole world (the launch script checks with compgen, a local run with glob).

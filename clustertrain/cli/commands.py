@@ -28,6 +28,7 @@ from clustertrain.cli.options import (
     spec_options,
 )
 from clustertrain.cli.report import report
+from clustertrain.cli.track import track
 from clustertrain.errors import UserError
 from clustertrain.version import __version__
 
@@ -242,9 +243,10 @@ def logs(
         return
     # The backend's own answer, which raises while Slurm cannot be reached: the follower then
     # reads the run folder and asks again (clustertrain.runs.folderstate.Watch).
-    state = joblogs.follow(
-        run, filters, lambda: attached.backend.state(run), sys.stdout, say=cli_runs.say
-    )
+    with attached.relaying(say=cli_runs.say):  # the job file's `track`, relayed meanwhile
+        state = joblogs.follow(
+            run, filters, lambda: attached.backend.state(run), sys.stdout, say=cli_runs.say
+        )
     cli_runs.ended(attached, state)
 
 
@@ -324,6 +326,7 @@ for command in (
     cli_runs.plot,
     cli_runs.results,
     report,
+    track,
     notebook_submit,
 ):
     cli.add_command(command)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
-from clustertrain.files import RunFolderError, parse_json, read_regular
+from clustertrain.files import RunFolderError, open_regular, parse_json, read_regular
 from clustertrain.protocol import METRIC_NAME
 
 # The names of the submit side's, the supervisor's and the watchdog's events, said here once:
@@ -139,6 +139,44 @@ def scan(
         elif line.strip():
             dropped += 1
     return found, dropped
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What :func:`scan_from` read: the well-formed events, the offset just past the last whole
+    line read (where the next read starts), how many non-empty lines were left out, and
+    whether the file was found shorter than the offset asked for (cut or replaced)."""
+
+    found: list[Event]
+    offset: int
+    dropped: int
+    shrunk: bool = False
+
+
+def scan_from(path: Path, offset: int, within: Path | None = None, most: int = 16 << 20) -> Chunk:
+    """The events of ``path`` from byte ``offset`` to its last whole line, reading at most
+    ``most`` bytes: a reader that keeps the offset (the tracker relay) reads each line once,
+    and a line still being written (no newline yet) is left for the next read."""
+    try:
+        with open_regular(path, within) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < offset:
+                return Chunk([], offset, 0, shrunk=True)
+            handle.seek(offset)
+            data = handle.read(most)
+    except RunFolderError:
+        return Chunk([], offset, 0)
+    whole = data[: data.rfind(b"\n") + 1]
+    if not whole and len(data) == most:  # one line longer than a read: no event, skipped
+        return Chunk([], offset + most, 1)
+    found, dropped = [], 0
+    for line in whole.decode("utf-8", "replace").splitlines():
+        event = parse(line)
+        if event is not None:
+            found.append(event)
+        elif line.strip():
+            dropped += 1
+    return Chunk(found, offset + len(whole), dropped)
 
 
 # How the lines of the events a job says most often look (json.dumps' own separators): a

@@ -39,6 +39,13 @@ def rank_environment(
         # torchrun and accelerate expand ${rank} themselves and prefix each of a rank's lines.
         (protocol.ENV_RANK_PREFIX, protocol.RANK_PREFIX_TEMPLATE),
     ]
+    # Where a script writes its own TensorBoard files: the run folder, which the login node
+    # sees too (`tensorboard --logdir` there, or `clustertrain track --to tensorboard`).
+    pairs.append((protocol.ENV_TENSORBOARD_DIR, under(protocol.TENSORBOARD_DIR)))
+    if spec.offline:
+        # W&B's offline runs into the run folder (WANDB_DIR/wandb/offline-run-*), where
+        # `clustertrain track --to wandb` finds them to sync from a machine with a route out.
+        pairs.append(("WANDB_DIR", run_dir))
     if spec.socket_ifname:
         pairs += [(name, spec.socket_ifname) for name in protocol.SOCKET_IFNAME_VARS]
     return tuple(pairs)

@@ -115,18 +115,24 @@ class Run:
         finite, a time outside the window) is said once through ``warn``. ``most``: about
         how many of each frequent event (``metrics``, ``step``) a picture needs
         (:func:`clustertrain.rank.events.scan`)."""
-        try:
-            submitted = datetime.fromisoformat(self.submitted_at).timestamp()
-        except ValueError:
-            submitted = -math.inf
-        window = (submitted - 60, time.time() + 60)
-        found, dropped = events.scan(self.events_path, *window, within=self.folder, most=most)
+        found, dropped = events.scan(
+            self.events_path, *self.window(), within=self.folder, most=most
+        )
         if dropped and warn is not None:
             warn(
                 f"{self.events_path}: {dropped} line(s) left out: not an event, a value that is "
                 "not a finite number, or a time outside the job's own time window"
             )
         return found
+
+    def window(self) -> tuple[float, float]:
+        """The job's own time window, which every event read must lie in: from a minute before
+        it was submitted to a minute from now."""
+        try:
+            submitted = datetime.fromisoformat(self.submitted_at).timestamp()
+        except ValueError:
+            submitted = -math.inf
+        return submitted - 60, time.time() + 60
 
     def metrics(self, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
         """What the job's ``runtime.log_metrics`` calls recorded, in order: each call's values,

@@ -340,6 +340,19 @@ _MOUNT_PATH = r"/[A-Za-z0-9_./@+=~-]*"
 _MOUNT = re.compile(rf"(?P<src>{_MOUNT_PATH})(?::(?P<dst>{_MOUNT_PATH}))?(?::(?P<mode>ro|rw))?")
 
 
+# What `logs --follow` may relay to while it follows (clustertrain.track's trackers).
+TRACKERS = ("mlflow", "tensorboard", "wandb")
+
+
+def trackers(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise FieldError(name, value, "must be a list like ['tensorboard', 'mlflow']")
+    for tracker in value:
+        if tracker not in TRACKERS:
+            raise FieldError(name, tracker, "must be one of: " + ", ".join(TRACKERS))
+    return tuple(dict.fromkeys(str(tracker) for tracker in value))
+
+
 def container_runtime(name: str, value: Any) -> str | None:
     if value is not None and value not in CONTAINER_RUNTIMES:
         raise FieldError(name, value, "must be one of: " + ", ".join(CONTAINER_RUNTIMES))

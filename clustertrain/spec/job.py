@@ -114,6 +114,14 @@ class JobSpec:
         fields.boolean,
         "Keep Hugging Face and W&B off the network inside the job (HF_HUB_OFFLINE=1...).",
     )
+    # Relayed from the submit side while `logs --follow` follows (clustertrain.track): the
+    # nodes need no route to the tracker.
+    track: tuple[str, ...] = _field(
+        (), fields.trackers,
+        "A tracker that `logs --follow` relays the job's records to while it follows: "
+        "tensorboard, mlflow (at $MLFLOW_TRACKING_URI) or wandb (repeatable); see "
+        "`clustertrain track`.", metavar="TRACKER",
+    )  # fmt: skip
     env: tuple[tuple[str, str], ...] = _field(
         (), fields.env_mapping, "Environment variable for the job (repeatable).",
         metavar="KEY=VALUE",
@@ -352,6 +360,7 @@ class JobSpec:
         data["sbatch_options"] = list(self.sbatch_options)
         data["sweep"] = {name: list(values) for name, values in self.sweep}
         data["container_mounts"] = list(self.container_mounts)
+        data["track"] = list(self.track)
         data["exclude"] = list(self.exclude)
         data["container_env"] = dict(self.container_env)
         return data

@@ -16,6 +16,7 @@ COMMANDS = [
     "list",
     "cancel",
     "logs",
+    "track",
     "cluster",
     "cluster up",
     "cluster down",
@@ -183,6 +184,7 @@ def test_unknown_job_is_exit_2(cli_env: dict[str, str]) -> None:
         ["top", "4242", "--once"],
         ["attach", "../../etc"],
         ["attach", "-x"],
+        ["track", "4242", "--to", "tensorboard"],
     ):
         done = run_cli(*command, env=cli_env)
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, command

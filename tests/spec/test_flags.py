@@ -70,6 +70,7 @@ SAMPLES: dict[str, Any] = {
     "container_image": "/images/root",
     "container_runtime": "oci",
     "container_mounts": ["/data:/data:ro"],
+    "track": ["tensorboard", "mlflow"],
     "container_env": {"PATH": "/opt/conda/bin:/usr/bin"},
 }
 

@@ -1,0 +1,125 @@
+"""MLflow for real: a ``mlflow server`` on 127.0.0.1 (SQLite, local artifacts) started here and
+stopped by its PID; what the relay sent, read back through MLflow's own client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clustertrain import runs
+from clustertrain.errors import UserError
+from clustertrain.track import make, relay
+from tests.track.conftest import write
+
+pytest.importorskip("mlflow")
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    where = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    command = [
+        str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
+        "--port", str(port), "--workers", "1",
+        "--backend-store-uri", f"sqlite:///{where / 'mlflow.db'}",
+        "--artifacts-destination", str(where / "artifacts"),
+    ]  # fmt: skip
+    # Its own session: the server starts uvicorn under it, all stopped through its PID's group.
+    # No job runner (huey's consumers): a process each, and nothing here needs them.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    log = open(where / "server.log", "wb")  # noqa: SIM115 (open for the server's life)
+    started = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or started.poll() is not None:
+                    raise RuntimeError((where / "server.log").read_text()[-2000:]) from None
+                time.sleep(0.5)
+        yield uri
+    finally:
+        os.killpg(started.pid, signal.SIGTERM)
+        try:
+            started.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(started.pid, signal.SIGKILL)
+            started.wait()
+        log.close()
+
+
+def _run_id(run: runs.Run) -> str:
+    return str(json.loads((run.path / "track" / "mlflow.json").read_text())["kept"]["run_id"])
+
+
+def test_params_metrics_per_step_and_the_plot(server: str, run: runs.Run) -> None:
+    write(run, "started", nodes="node[1-2]")
+    for step in range(1, 4):
+        write(run, "metrics", step=step * 100, loss=1.0 / step, test_acc=0.8 + step / 100)
+    relay(run, make("mlflow", run, uri=server), print)
+    write(run, "requeued")
+    write(run, "started", attempt=1, nodes="node[3-4]")
+    write(run, "metrics", attempt=1, step=400, loss=0.2, test_acc=0.84)
+    write(run, "ended", attempt=1, status="0")
+    summary = relay(run, make("mlflow", run, uri=server), print)
+    assert summary.state == "COMPLETED"
+
+    client = MlflowClient(server)
+    found = client.get_run(_run_id(run))  # one MLflow run for both attempts
+    assert found.data.params["name"] == "mnist" and found.data.params["nodes"] == "2"
+    assert found.data.tags["clustertrain.job_id"] == "42"
+    assert found.data.tags["clustertrain.attempts"] == "2"
+    assert found.data.tags["clustertrain.state"] == "COMPLETED"
+    assert found.info.status == "FINISHED"
+    history = client.get_metric_history(found.info.run_id, "test_acc")
+    assert sorted((m.step, round(m.value, 6)) for m in history) == [
+        (100, 0.81), (200, 0.82), (300, 0.83), (400, 0.84)
+    ]  # fmt: skip
+    names = [a.path for a in client.list_artifacts(found.info.run_id)]
+    assert "spec.yaml" in names and "plot.png" in names
+    png = client.download_artifacts(found.info.run_id, "plot.png", str(run.path / "back"))
+    assert Path(png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_relay_and_relay_again_no_duplicate_point(server: str, run: runs.Run) -> None:
+    for step in range(20):
+        write(run, "metrics", step=step, test_acc=step / 20)
+    assert relay(run, make("mlflow", run, uri=server), print).sent == 20
+    assert relay(run, make("mlflow", run, uri=server), print).sent == 0
+    history = MlflowClient(server).get_metric_history(_run_id(run), "test_acc")
+    assert sorted(m.step for m in history) == list(range(20))
+
+
+def test_an_unreachable_server_loses_nothing(server: str, run: runs.Run) -> None:
+    write(run, "metrics", step=1, test_acc=0.5)
+    closed = f"http://127.0.0.1:{_free_port()}"
+    said: list[str] = []
+    waits: list[float] = []
+    with pytest.raises(UserError, match="nothing was lost"):
+        relay(run, make("mlflow", run, uri=closed), said.append, sleep=waits.append)
+    assert waits == [1.0, 2.0, 4.0]  # bounded backoff
+    assert len([line for line in said if "cannot reach" in line]) == 1
+    assert not (run.path / "track" / "mlflow.json").exists()  # nothing taken for sent
+    relay(run, make("mlflow", run, uri=server), print)
+    history = MlflowClient(server).get_metric_history(_run_id(run), "test_acc")
+    assert [(m.step, m.value) for m in history] == [(1, 0.5)]
