@@ -18,18 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +30,7 @@ from clustertrain import runs, track
 from clustertrain.render import render
 from clustertrain.spec import build_spec
 from clustertrain.track.base import Point, Tracker
+from tests.track.mlflow_server import mlflow_server
 
 
 def build(root: Path, records: int) -> runs.Run:
@@ -130,36 +124,6 @@ def live(run: runs.Run, make: Callable[[], Tracker], records: int) -> dict[str, 
         "max_s": latency[-1],
         "cpu_per_s": (time.process_time() - cpu) / seconds,  # writer's share included
     }
-
-
-@contextmanager
-def mlflow_server(where: Path) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [
-        str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-        "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{where / 'mlflow.db'}",
-        "--artifacts-destination", str(where / "artifacts"),
-    ]  # fmt: skip
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    server = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(180):
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.5)
-        yield uri
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(30)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import click
 
 from clustertrain.cli.options import runs_dir_option
 from clustertrain.files import printable
+from clustertrain.spec.fields import TRACKERS
 
 
 @click.command(
@@ -19,7 +20,7 @@ from clustertrain.files import printable
     "--to",
     "to",
     required=True,
-    type=click.Choice(["mlflow", "tensorboard", "wandb"]),
+    type=click.Choice(TRACKERS),
     help="The tracker.",
 )
 @click.option("--follow", is_flag=True, help="Keep relaying, live, until the job ends.")

@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 from clustertrain.errors import UserError
 from clustertrain.files import printable
 from clustertrain.runs import Run
+from clustertrain.spec.fields import TRACKERS
 from clustertrain.track.base import Tracker
 
-NAMES = ("mlflow", "tensorboard", "wandb")
+NAMES = TRACKERS  # one list: the job file's `track` field says the same names
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 

@@ -4,13 +4,6 @@ stopped by its PID; what the relay sent, read back through MLflow's own client."
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,52 +13,16 @@ from clustertrain import runs
 from clustertrain.errors import UserError
 from clustertrain.track import make, relay
 from tests.track.conftest import write
+from tests.track.mlflow_server import free_port, mlflow_server
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    where = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    command = [
-        str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-        "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{where / 'mlflow.db'}",
-        "--artifacts-destination", str(where / "artifacts"),
-    ]  # fmt: skip
-    # Its own session: the server starts uvicorn under it, all stopped through its PID's group.
-    # No job runner (huey's consumers): a process each, and nothing here needs them.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log = open(where / "server.log", "wb")  # noqa: SIM115 (open for the server's life)
-    started = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or started.poll() is not None:
-                    raise RuntimeError((where / "server.log").read_text()[-2000:]) from None
-                time.sleep(0.5)
+    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as uri:
         yield uri
-    finally:
-        os.killpg(started.pid, signal.SIGTERM)
-        try:
-            started.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(started.pid, signal.SIGKILL)
-            started.wait()
-        log.close()
 
 
 def _run_id(run: runs.Run) -> str:
@@ -112,7 +69,7 @@ def test_relay_and_relay_again_no_duplicate_point(server: str, run: runs.Run) ->
 
 def test_an_unreachable_server_loses_nothing(server: str, run: runs.Run) -> None:
     write(run, "metrics", step=1, test_acc=0.5)
-    closed = f"http://127.0.0.1:{_free_port()}"
+    closed = f"http://127.0.0.1:{free_port()}"
     said: list[str] = []
     waits: list[float] = []
     with pytest.raises(UserError, match="nothing was lost"):
