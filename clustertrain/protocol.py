@@ -67,7 +67,10 @@ NO_RESTART_EXIT = 79
 # its stderr) gives each failed rank a field a line: ``rank      : 1 (local_rank: 1)``, then
 # ``exitcode  : 79 (pid: 4242)``. The supervisor reads the exit codes from it (NO_RESTART_EXIT:
 # torchrun itself exits 1 whatever its ranks' codes), and so does a failed job's cause.
-REPORT_RANK = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: \d{1,9}\)")
+# The report lists the ranks it stopped under its "Failures:" and the first one that failed
+# under its root cause's heading.
+REPORT_FAILURES, REPORT_ROOT = "Failures:", "Root Cause (first observed failure):"
+REPORT_RANK = re.compile(r"\brank\s*: (\d{1,9}) \(local_rank: (\d{1,9})\)")
 REPORT_EXIT = re.compile(r"\bexitcode\s*: (-?\d{1,4})\b")
 
 # A rank that gave up waiting for the others in clustertrain.env.init_process_group names those

@@ -37,12 +37,11 @@ from clustertrain.runs.follow import (
 # heading, then a field a line. Read line by line, each pattern anchored to its field's name:
 # one regular expression across the whole text (three lazy ".*?" with DOTALL) backtracked for
 # over a minute on 46 kB of a rank's stderr.
-_CAUSE_HEADING = "Root Cause (first observed failure):"
 _CAUSE_LINES = 40  # the report's fields follow its heading within these
 _CAUSE_FIELDS = {
     "time": re.compile(r"\btime\s*: (\S+)"),
-    "rank": re.compile(r"\brank\s*: (\d+) \(local_rank: (\d+)\)"),
-    "exit": re.compile(r"\bexitcode\s*: (-?\d+)"),
+    "rank": protocol.REPORT_RANK,
+    "exit": protocol.REPORT_EXIT,
 }
 # A log's end is where a failure is reported, and a log may be gigabytes: its tail is read.
 _TAIL_BYTES = 1 << 20
@@ -182,7 +181,7 @@ def root_cause(lines: list[str]) -> dict[str, tuple[str, ...]] | None:
     """The fields of the first failure report among ``lines`` that has them all (time, rank
     and local rank, exit code), each field's captured words; None without one."""
     for at, line in enumerate(lines):
-        if _CAUSE_HEADING not in line:
+        if protocol.REPORT_ROOT not in line:
             continue
         found: dict[str, tuple[str, ...]] = {}
         for below in lines[at + 1 : at + 1 + _CAUSE_LINES]:

@@ -262,18 +262,15 @@ def _node_tails(run: Run) -> tuple[list[Tail], list[Exit], list[str]]:
     return tails, exits, nodes
 
 
-# The other ranks a launcher's failure report lists (those it stopped, or that failed after the
-# first), between its "Failures:" and its root cause, a field a line.
-_FAILURES, _ROOT = "Failures:", "Root Cause (first observed failure):"
-
-
 def _other_failures(lines: list[str], node: str) -> list[Exit]:
-    """The ranks the last failure report of ``lines`` lists besides its root cause."""
+    """The ranks the last failure report of ``lines`` lists besides its root cause: those its
+    launcher stopped, or that failed after the first, between its "Failures:" and its root
+    cause, a field a line."""
     found: list[Exit] = []
     inside, rank = False, None
     for line in lines:
-        if line.startswith(_FAILURES) or _ROOT in line:
-            inside, rank = line.startswith(_FAILURES), None
+        if line.startswith(protocol.REPORT_FAILURES) or protocol.REPORT_ROOT in line:
+            inside, rank = line.startswith(protocol.REPORT_FAILURES), None
             found = [] if inside else found
         elif inside and (match := protocol.REPORT_RANK.search(line)):
             rank = int(match[1])
