@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from clustertrain import runs
+from clustertrain.backends.local import free_port
 from clustertrain.errors import UserError
 from clustertrain.track import make, relay
 from tests.track.conftest import write
-from tests.track.mlflow_server import free_port, mlflow_server
+from tests.track.mlflow_server import mlflow_server
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
