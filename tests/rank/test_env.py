@@ -184,7 +184,9 @@ def test_a_rank_that_never_came_fails_the_rest_within_the_timeout_and_is_named(
     collective timeout (600 s), so the ranks that came must give up under the rendezvous one."""
     script = tmp_path / "absent.py"
     script.write_text(ABSENT)
-    start = time.monotonic()
+    # The run must end (the 600 s of gloo's wait would meet this deadline first), and the
+    # absent rank is named by the arrival check, which alone says ABSENT_RANKS: no timed assert
+    # (one ran 74 s on a busy host; timings belong in bench/).
     done = subprocess.run(
         [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(script)],
         cwd=ROOT,
@@ -193,7 +195,6 @@ def test_a_rank_that_never_came_fails_the_rest_within_the_timeout_and_is_named(
         text=True,
         timeout=120,
     )
-    assert time.monotonic() - start < 60, done.stderr[-2000:]  # not the 600 s of collectives
     assert done.returncode != 0
     said = protocol.ABSENT_RANKS.search(done.stderr)
     assert said is not None, done.stderr[-3000:]
