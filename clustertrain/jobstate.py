@@ -164,6 +164,9 @@ class Accounting:
     steps: tuple[StepUsage, ...] = ()
     # Who cancelled it, as sacct says ("CANCELLED by 1000": the uid), where one did.
     cancelled_by: str = ""
+    # The nodes Slurm recorded going down while the job held them, where it ended NODE_FAIL
+    # (Slurm: its node events). srun's "Node failure on" is a message Slurm may never deliver.
+    lost_nodes: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         """What ``status`` prints of it: the job's exit code and time, then each step's use."""

@@ -216,7 +216,10 @@ def read(
         batch=tuple(batch),
         accounting=accounting,
         hang=logs.hang(run),
-        lost_nodes=tuple(logs.lost_nodes(run)),
+        # srun's words, and accounting's record (srun may be stopped before it is told).
+        lost_nodes=tuple(
+            dict.fromkeys([*logs.lost_nodes(run), *(accounting.lost_nodes if accounting else ())])
+        ),
         # The batch script's setup lines run first; a node's (node_setup) in its launch script.
         setup=logs.setup_line(batch) or next(filter(None, map(logs.setup_line, launchers)), None),
         ended=str(ended[-1].values.get("status", "")) if ended else None,

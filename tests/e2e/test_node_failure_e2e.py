@@ -81,11 +81,24 @@ def test_a_lost_node_ends_the_job_and_status_names_it(
     # not requeued: it was submitted --no-requeue.
     ended = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
     assert "ended NODE_FAIL" in ended.stderr, ended.stdout[-3000:] + ended.stderr
-    assert f"Node failure on {node}" in ended.stdout
+    lost = f"{node} lost: Slurm declared it down and ended the job (NODE_FAIL)"
+    assert lost in ended.stderr, ended.stderr
     status = run_cli("status", job_id, env=env).stdout
     # The cause's headline (clustertrain.runs.why), which the lost-node line no longer repeats.
-    assert f"{node} lost: Slurm declared it down and ended the job (NODE_FAIL)" in status, status
-    assert "restarts: 0" in status, status
+    assert lost in status and "restarts: 0" in status, status
+    # srun says "Node failure on" only if slurmctld's message reaches it before the same pass
+    # of slurmctld stops it (a CI run once printed none): the headline must not depend on it.
+    # Without those lines, Slurm's accounting (its node events) still names the node.
+    _forget_srun_words(run_dir, job_id)
+    untold = run_cli("status", job_id, env=env).stdout
+    assert lost in untold, untold
+
+
+def _forget_srun_words(run_dir: Path, job_id: str) -> None:
+    """The batch log as if srun had never been told of the lost node."""
+    batch = run_dir / "logs" / f"slurm-{job_id}.err"
+    said = batch.read_text()
+    batch.write_text("".join(ln for ln in said.splitlines(True) if "Node failure on" not in ln))
 
 
 def test_with_requeue_on_node_failure_it_resumes_elsewhere_and_matches_an_uninterrupted_run(
@@ -99,12 +112,15 @@ def test_with_requeue_on_node_failure_it_resumes_elsewhere_and_matches_an_uninte
     release_requeued(job_id, restarts=1)
     followed = run_cli("logs", job_id, "--follow", env=env, timeout=RUN_TIMEOUT_S)
     assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr
-    assert f"Node failure on {node}" in followed.stdout
     second = {p.stem for p in (run_dir / "logs" / "attempt-1").glob("node*.out")}
     assert len(second) == 2 and node not in second, second
     # From epoch 1's checkpoint: epoch 2 runs again from its start, and is recorded once.
     assert re.search(r"resuming at epoch 2 from ", _attempt_log(run_dir, 1))
     status = run_cli("status", job_id, env=env).stdout
     assert "COMPLETED" in status and "restarts: 1" in status, status
-    assert f"lost node(s): {node} (Slurm declared them down; in an earlier attempt)" in status
+    lost = f"lost node(s): {node} (Slurm declared them down; in an earlier attempt)"
+    assert lost in status, status
+    _forget_srun_words(run_dir, job_id)  # accounting still says which (see the test above)
+    untold = run_cli("status", job_id, env=env).stdout
+    assert lost in untold, untold
     _assert_same_run(run_dir / "out", uninterrupted_mnist)

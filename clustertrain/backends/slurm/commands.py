@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from clustertrain.errors import SchedulerUnreachable, UserError
@@ -32,13 +33,18 @@ from .parse import (
     node_list,
     parse_accounting,
     parse_allocations,
+    parse_down_events,
     parse_holding,
     parse_nodes,
     parse_partitions,
     parse_sacct,
     parse_scontrol_job,
+    parse_spans,
     unreachable,
 )
+
+# The newest allocations whose lost nodes are asked of accounting, one sacctmgr call each.
+MAX_SPANS = 8
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -277,7 +283,28 @@ class Slurm:
         done = self._call(
             "sacct", "-j", checked_job_id(job_id), "-n", "-P", "-o", ACCOUNTING_FIELDS
         )  # fmt: skip
-        return parse_accounting(job_id, done.stdout) if done.returncode == 0 else None
+        found = parse_accounting(job_id, done.stdout) if done.returncode == 0 else None
+        return replace(found, lost_nodes=self.lost_nodes(job_id)) if found is not None else None
+
+    def lost_nodes(self, job_id: str) -> tuple[str, ...]:
+        """The nodes that accounting recorded going DOWN while an allocation of the job that
+        ended NODE_FAIL held them (sacctmgr's node events: their history, whatever the nodes'
+        state is now); empty where accounting has none. Slurm tells srun of a lost node in a
+        message of its own, which srun may never get: Slurm stops it in the same pass."""
+        done = self._call(
+            "sacct", "-j", checked_job_id(job_id), "-X", "--duplicates", "-n", "-P",
+            "-o", "State,NodeList,Start,End",
+        )  # fmt: skip
+        lost: dict[str, None] = {}
+        spans = parse_spans(done.stdout)[-MAX_SPANS:] if done.returncode == 0 else []
+        for nodes, start, end in spans:
+            events = self._call(
+                "sacctmgr", "-n", "-P", "show", "event", f"nodes={nodes}", f"start={start}",
+                f"end={end}", "format=NodeName,TimeStart,State",
+            )  # fmt: skip
+            if events.returncode == 0:
+                lost.update(dict.fromkeys(parse_down_events(events.stdout, start)))
+        return tuple(lost)
 
     def allocations(self, job_id: str) -> tuple[Allocation, ...] | None:
         """What slurmdbd recorded of the job's allocations: each attempt of a requeued job

@@ -6,7 +6,7 @@ The calls are beside, in ``commands.py``; a test feeds these recorded output.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from clustertrain.jobstate import (
     SACCT,
@@ -217,6 +217,51 @@ def parse_accounting(job_id: str, text: str) -> Accounting | None:
         steps=steps,
         cancelled_by=by if by.isdigit() and len(by) <= 10 else "",
     )
+
+
+# sacct's times as it prints Start and End (no zone: the cluster's), and a job's NodeList.
+_SLURM_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+_HOSTLIST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,1023}")
+# How long after a job's recorded end its lost node's event may begin (Slurm ends the job and
+# records the node DOWN in the same pass; the slack covers the accounting's seconds).
+EVENT_SLACK_S = 60
+# A node state that is down, with its flags ("DOWN*": not responding; "DOWN+DRAIN").
+_DOWN = re.compile(r"DOWN(?![A-Z_])")
+
+
+def parse_spans(text: str) -> list[tuple[str, str, str]]:
+    """Each allocation that ended NODE_FAIL (a requeued job has one per attempt): its NodeList,
+    its Start, and its End plus :data:`EVENT_SLACK_S`, from ``sacct -X --duplicates -n -P -o
+    State,NodeList,Start,End``. A row that is not what sacct prints is left out: each value goes
+    back to sacctmgr."""
+    spans = []
+    for line in text.splitlines():
+        row = line.split("|")
+        if len(row) != 4 or row[0] != "NODE_FAIL" or not _HOSTLIST.fullmatch(row[1]):
+            continue
+        if not (_SLURM_TIME.fullmatch(row[2]) and _SLURM_TIME.fullmatch(row[3])):
+            continue
+        try:
+            datetime.fromisoformat(row[2])
+            later = datetime.fromisoformat(row[3]) + timedelta(seconds=EVENT_SLACK_S)
+        except ValueError:  # the shape of a time, not one (month 13)
+            continue
+        spans.append((row[1], row[2], later.strftime("%Y-%m-%dT%H:%M:%S")))
+    return spans
+
+
+def parse_down_events(text: str, start: str) -> tuple[str, ...]:
+    """The nodes that ``sacctmgr -n -P show event format=NodeName,TimeStart,State`` says went
+    DOWN at or after ``start`` (an event still open when the job began is no loss of its), in
+    the order they went; a name that is not a plain node name is left out."""
+    lost: dict[str, None] = {}
+    for line in text.splitlines():
+        row = line.split("|")
+        if len(row) != 3 or not NODE_NAME.fullmatch(row[0]) or not _SLURM_TIME.fullmatch(row[1]):
+            continue
+        if row[1] >= start and any(_DOWN.match(word) for word in row[2].upper().split("+")):
+            lost.setdefault(row[0])
+    return tuple(lost)
 
 
 def _rss_kb(text: str) -> int | None:
