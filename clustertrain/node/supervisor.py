@@ -84,11 +84,12 @@ class Supervisor:
         self.requeue_file = Path(environ[protocol.ENV_REQUEUE_FILE])
         # The newest checkpoint the job recorded (any attempt): where a restart resumes from.
         self.checkpoint: events.Event | None = None
+        self.step_ended = 0.0  # when the last run of the step ended (time.monotonic())
 
     def say(self, text: str, error: bool = False) -> None:
         print(f"clustertrain: {text}", file=self.err if error else self.out, flush=True)
 
-    def event(self, name: str, **values: str | int) -> None:
+    def event(self, name: str, **values: str | int | float) -> None:
         events.append(self.events_path, name, self.state.attempt, **values)
 
     def run(self) -> int:
@@ -238,12 +239,16 @@ class Supervisor:
                 self._requeue(decision)
             elif isinstance(decision, policy.Replace):
                 self.env[protocol.ENV_ACTIVE_NODES] = ",".join(decision.nodes)
-                self.event(events.RESTARTED, why=events.NODE_LOST)
+                self.event(events.RESTARTED, why=events.NODE_LOST, stopped_s=self._since_end())
             else:
                 self._keep_heartbeats(decision.keep)
-                self.event(events.RESTARTED, why=decision.why)
+                self.event(events.RESTARTED, why=decision.why, stopped_s=self._since_end())
             if (status := self._requalified()) != 0:
                 return status
+
+    def _since_end(self) -> float:
+        """Seconds since the step ended: what deciding on a restart took (bench/restart.py)."""
+        return round(time.monotonic() - self.step_ended, 3)
 
     def _step(self, task_args: tuple[str, ...]) -> policy.Outcome:
         """One run of the step, its watchdog beside it; what it left."""
@@ -258,6 +263,7 @@ class Supervisor:
              str(self.plan.straggler_threshold), self.plan.straggler_action]
         )  # fmt: skip
         status = shell_status(srun.wait())  # a handler runs, and the wait goes on (PEP 475)
+        self.step_ended = time.monotonic()
         watchdog.terminate()
         watchdog.wait()
         hang, lost = beats / protocol.HANG_FILE, beats / protocol.LOST_FILE
