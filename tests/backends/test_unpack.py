@@ -10,7 +10,6 @@ import io
 import os
 import subprocess
 import tarfile
-import time
 import zlib
 from pathlib import Path
 
@@ -135,10 +134,9 @@ def test_a_small_gzip_that_unpacks_past_the_limit_is_never_inflated_past_it(
     here.mkdir()
     bomb = _bomb(300 << 20)
     assert len(bomb) < 400_000
-    started = time.monotonic()
     with pytest.raises(UserError, match=r"unpacks to more than 268435456 bytes"):
         _fetch(monkeypatch, here, bomb)
-    assert time.monotonic() - started < 10 and _files(tmp_path) == []
+    assert _files(tmp_path) == []
     small = _bomb(1 << 20)
     _fetch(monkeypatch, here, small)  # within the limit: unpacked
     assert (here / "events.jsonl").stat().st_size == 1 << 20

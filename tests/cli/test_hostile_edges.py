@@ -83,11 +83,12 @@ def test_a_config_home_that_is_a_file_stops_no_dry_run(tmp_path: Path) -> None:
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
 
 
-def test_a_megabyte_of_args_is_rendered_fast(tmp_path: Path) -> None:
-    started = time.monotonic()
-    job = clustertrain.submit(dry_run=True, module="m", args=["--x=abcdefgh"] * 100_000,
-                              runs_dir=str(tmp_path / "runs"))  # fmt: skip
-    assert "--x=abcdefgh" in job.dry_run_text() and time.monotonic() - started < 10
+def test_a_megabyte_of_args_is_rendered_whole(tmp_path: Path) -> None:
+    # How fast: bench/edges.py (docs/benchmarks.md); speed is never a test's assert.
+    args = [f"--x={i:07d}" for i in range(100_000)]
+    job = clustertrain.submit(dry_run=True, module="m", args=args, runs_dir=str(tmp_path / "runs"))
+    text = job.dry_run_text()
+    assert "--x=0000000" in text and "--x=0099999" in text
 
 
 def _run_folder(root: Path, lines: list[str]) -> runs.Run:
@@ -126,7 +127,7 @@ def test_a_number_out_of_range_in_an_event_leaves_it_out(tmp_path: Path, value: 
     plot.draw(run, tmp_path / "plot.png")
 
 
-def test_a_plot_of_a_million_steps_is_drawn_in_seconds(tmp_path: Path) -> None:
+def test_a_plot_of_a_million_steps_keeps_a_bounded_number_of_points(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from clustertrain.runs import plot
 
@@ -134,9 +135,7 @@ def test_a_plot_of_a_million_steps_is_drawn_in_seconds(tmp_path: Path) -> None:
     step = '{"time": {t}, "event": "step", "attempt": 0, "step": I}'
     made = [(metric if i % 2 else step).replace("I", str(i)) for i in range(1_000_000)]
     run = _run_folder(tmp_path, made)
-    started = time.monotonic()
-    plot.draw(run, tmp_path / "plot.png")
-    assert time.monotonic() - started < 10
+    plot.draw(run, tmp_path / "plot.png")  # how fast: bench/edges.py
     kept = events.scan(run.events_path, most=plot.POINTS)[0]
     assert plot.POINTS <= sum(e.name == "metrics" for e in kept) <= 3 * plot.POINTS
     assert kept[-1].values["step"] == 999_999  # the last progress is kept
