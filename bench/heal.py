@@ -3,10 +3,10 @@
     python bench/heal.py [--runs 3] [--only lost-node|crash|hang]
 
 - lost node: the 2-node MNIST job of the tests (tests/e2e/test_preemption.py's arguments) with
-  ``--spare-nodes 1``; its second node is killed (`clustertrain cluster fail`) in epoch 2. The
-  cluster is started afresh before each run with SlurmdTimeout=300, a site's default, so Slurm's
-  own verdict on the node plays no part. Measured from the kill: the node named lost, the step
-  started again on the spare, the first training step again.
+  ``--spare-nodes 1 --no-qualify``; its second node is killed (`clustertrain cluster fail`) in
+  epoch 2. The cluster is started afresh before each run with SlurmdTimeout=300, a site's
+  default, so Slurm's own verdict on the node plays no part. Measured from the kill: the node
+  named lost, the step started again on the spare, the first training step again.
 - crash: tests/jobs/crash_once.py on 2 nodes x 2 ranks with ``--max-restarts 1``: rank 1
   raises at step 30, once, and torchrun starts the workers again in place.
 - hang: tests/jobs/hang_rank.py likewise with ``--hang-timeout 15 --max-restarts 1`` (rank 1
@@ -43,6 +43,7 @@ SCENARIOS = {
         "1",
         "--spare-nodes",
         "1",
+        "--no-qualify",  # the roll call's time, as measured before spares turned qualification on
         "--no-avoid-bad-nodes",
     ],  # node2, lost in the run before, is back: use it
     "crash": ["--script", "tests/jobs/crash_once.py", *SCRIPT],

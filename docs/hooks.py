@@ -12,7 +12,7 @@ from typing import Any
 
 from clustertrain.cli.options import default_text
 from clustertrain.spec import JobSpec
-from clustertrain.spec.flags import flag_name
+from clustertrain.spec.flags import flag_name, is_switch
 
 # The table replaces what lies between these (a note for readers of the plain Markdown).
 START, END = "<!-- fields -->", "<!-- /fields -->"
@@ -27,7 +27,7 @@ def _flag(field: dataclasses.Field[Any]) -> str:
     if field.metadata["flag"] is None:
         return "after `--` on the command line"
     flag = flag_name(field)
-    if isinstance(field.default, bool):
+    if is_switch(field):
         return f"`{flag}` / `--no-{flag[2:]}`"
     metavar = field.metadata["metavar"] or ("N" if str(field.type).startswith("int") else "")
     repeat = " (repeatable)" if isinstance(field.default, tuple) else ""

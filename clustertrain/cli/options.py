@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from clustertrain.spec import JobSpec
-from clustertrain.spec.flags import flag_name
+from clustertrain.spec.flags import flag_name, is_switch
 from clustertrain.spec.jobfile import Plain
 
 # Where a command that takes words after ``--`` keeps them (ctx.meta): the training script's
@@ -41,7 +41,7 @@ def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
 def default_text(field: dataclasses.Field[Any]) -> str | None:
     """The field's default as --help and the docs' field reference say it; None: no default."""
     shown = field.metadata["default_text"]
-    if shown is None and isinstance(field.default, bool):
+    if shown is None and is_switch(field):
         shown = "on" if field.default else "off"
     elif shown is None and field.default is not None and field.default != ():
         shown = str(field.default)
@@ -57,7 +57,7 @@ def _help(field: dataclasses.Field[Any]) -> str:
 def _spec_option(field: dataclasses.Field[Any]) -> Callable[..., Any]:
     """The flag of one spec field, built from its declaration (clustertrain.spec._field)."""
     flag, help_text, metavar = flag_name(field), _help(field), field.metadata["metavar"]
-    if isinstance(field.default, bool):
+    if is_switch(field):
         return click.option(f"{flag}/--no-{flag[2:]}", field.name, default=None, help=help_text)
     if isinstance(field.default, tuple):
         return click.option(flag, field.name, multiple=True, metavar=metavar, help=help_text)

@@ -16,7 +16,7 @@ from typing import Any
 from clustertrain import runs
 from clustertrain.errors import FieldError
 from clustertrain.render import RenderedJob, render
-from clustertrain.spec import JobSpec, jobfile, resources
+from clustertrain.spec import JobSpec, jobfile, nodes, resources
 from clustertrain.spec.build import Layer, Origins, build, job_file_values
 
 
@@ -47,7 +47,10 @@ def plan(
     root = runs.runs_root(runs_dir)
     spec, excluded = _without_bad_nodes(spec, root) if node_record else (spec, ())
     job = render(spec, str(runs.new_run_dir(root, spec.name)), workdir or os.getcwd())
-    return dataclasses.replace(job, excluded=excluded, origins=_said(spec, origins))
+    note = nodes.qualify_note(spec.spare_nodes, spec.qualify, given="qualify" in origins)
+    return dataclasses.replace(
+        job, excluded=excluded, origins=_said(spec, origins), notes=(note,) if note else ()
+    )
 
 
 def _layers(job_file: Any, fields: dict[str, Any], site: bool) -> list[Layer]:

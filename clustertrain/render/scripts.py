@@ -45,6 +45,9 @@ class RenderedJob:
     excluded: tuple[str, ...] = ()
     # Where the values given or chosen came from, a (field, where) pair each (the dry run's).
     origins: tuple[tuple[str, str], ...] = ()
+    # What clustertrain decided for the job that it did not say (qualification turned on by its
+    # spare nodes), a line each, which the dry run says before the scripts.
+    notes: tuple[str, ...] = ()
 
     @property
     def batch_path(self) -> str:
@@ -60,7 +63,7 @@ class RenderedJob:
 
     def dry_run_text(self) -> str:
         """What ``submit --dry-run`` prints: both files, each under a line naming its path."""
-        text = "".join(
+        text = "".join(f"#### {line}\n" for line in self.notes) + "".join(
             f"#### excluded by your node record (`clustertrain nodes`): {line}\n"
             for line in self.excluded
         )

@@ -22,6 +22,12 @@ def flag_name(field: dataclasses.Field[Any]) -> str:
     return str(field.metadata["flag"] or "--" + field.name.replace("_", "-"))
 
 
+def is_switch(field: dataclasses.Field[Any]) -> bool:
+    """A true-or-false field: its flag is ``--NAME`` / ``--no-NAME``. Read from its type, not
+    its default: ``qualify``'s default is None (left out), which the spec decides."""
+    return str(field.type) == "bool"
+
+
 def as_flags(overrides: Mapping[str, Any]) -> list[str]:
     """``overrides`` (fields as :func:`clustertrain.spec.build_spec` takes them, ``None`` for
     "not given") as flags a ``submit`` command line reads back to the same values.
@@ -42,7 +48,7 @@ def as_flags(overrides: Mapping[str, Any]) -> list[str]:
 
 def _said(field: dataclasses.Field[Any], checked: Any) -> list[str]:
     flag = flag_name(field)
-    if isinstance(field.default, bool):
+    if is_switch(field):
         return [flag if checked else f"--no-{flag[2:]}"]
     if not isinstance(field.default, tuple):
         return [f"{flag}={checked}"]

@@ -191,12 +191,15 @@ class JobSpec:
         True, fields.boolean, "Check every node's view of the head node before training."
     )
     # Qualification (clustertrain.node.qualify): a timed matmul on each node and pairwise-quick
-    # link probes between them, with the job's own collective backend, before training.
+    # link probes between them, with the job's own collective backend, before training. Left
+    # out (None), __post_init__ turns it on with spare_nodes (spec.nodes.qualifies): a spec
+    # always holds true or false.
     qualify: bool = _field(
-        False, fields.boolean,
+        None, node_checks.qualify,
         "Before training, time a fixed matmul on every node and a fixed exchange between node "
         "pairs; a node slower than the median by more than compute_threshold or "
-        "link_threshold is flagged.",
+        "link_threshold is flagged, and swapped for a spare if one is left.",
+        default_text="on with spare_nodes, else off",
     )  # fmt: skip
     # The defaults come from the measured spread of healthy nodes (docs/qualification.md).
     compute_threshold: float = _field(
@@ -298,6 +301,7 @@ class JobSpec:
             )  # fmt: skip
         if self.name is None:
             object.__setattr__(self, "name", fields.name_from(self.script or self.module or ""))
+        object.__setattr__(self, "qualify", node_checks.qualifies(self.qualify, self.spare_nodes))
         if self.max_parallel is not None and not self.sweep:
             raise FieldError("max_parallel", self.max_parallel, "only applies to a sweep")
         self._check_container()

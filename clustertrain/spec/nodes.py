@@ -1,6 +1,6 @@
-"""The checks of the fields about nodes: which a job must not get (``exclude``), how much slower
-than the others a node may be (``compute_threshold``, ``link_threshold``,
-``straggler_threshold``) and what is done
+"""The checks of the fields about nodes: which a job must not get (``exclude``), whether they
+are qualified (``qualify``), how much slower than the others a node may be
+(``compute_threshold``, ``link_threshold``, ``straggler_threshold``) and what is done
 then (``on_flagged``, ``straggler_action``). Each turns a value from a job file or a flag into
 the spec's type, or raises :class:`FieldError` naming the field, the value and the fix.
 """
@@ -25,6 +25,33 @@ def node_names(name: str, value: Any) -> tuple[str, ...]:
                 name, item, "must be one Slurm node name like node3 (no range, no option)"
             )
     return tuple(dict.fromkeys(items))
+
+
+def qualify(name: str, value: Any) -> bool | None:
+    """true, false, or None: left out, which :func:`qualifies` decides."""
+    if value is not None and not isinstance(value, bool):
+        raise FieldError(
+            name, value, "must be true or false, or left out (then on with spare_nodes, else off)"
+        )
+    return value
+
+
+def qualifies(qualify: bool | None, spare_nodes: int) -> bool:
+    """Whether a job's nodes are qualified: as it says, else with spare nodes. A job that holds
+    spares asks for bad nodes to be swapped, and only a qualification finds the node that is
+    there and slow (a link at 10 Mbit trained on for 6 minutes instead of 1, unnamed)."""
+    return spare_nodes > 0 if qualify is None else qualify
+
+
+def qualify_note(spare_nodes: int, qualify: bool, given: bool) -> str | None:
+    """The dry run's line when the spare nodes turned qualification on; None when the job said
+    which it wants (it reads its own choice back), or nothing was turned on."""
+    if given or not qualify:
+        return None
+    return (
+        f"qualification: on (spare_nodes: {spare_nodes} asks for bad nodes to be swapped; "
+        "--no-qualify or qualify: false turns it off)"
+    )
 
 
 def ratio(low: float, high: float) -> Any:

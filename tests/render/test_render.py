@@ -74,7 +74,7 @@ CASES = {
         "offline": True,
         "env": {"WANDB_MODE": "disabled"},
     },
-    "spares-2x8": {  # two spare nodes; no spare left: requeue
+    "spares-2x8": {  # two spare nodes, so qualified (the default); no spare left: requeue
         "nodes": 2,
         "gpus_per_node": 8,
         "spare_nodes": 2,
@@ -212,3 +212,13 @@ def test_a_lost_node_requeues_the_job_only_when_asked() -> None:
     asked = render(job_spec(nodes=2, requeue_on_node_failure=True), RUN_DIR, WORKDIR)
     assert "--requeue" in asked.directives and "--no-requeue" not in asked.directives
     assert json.loads(asked.plan)["requeue_on_node_failure"] is True
+
+
+def test_spares_without_qualification_check_only_the_steps_nodes() -> None:
+    """``spare_nodes`` with ``qualify: false``: spares-2x8's job as it rendered before spares
+    turned qualification on (the golden file shows it on)."""
+    off = json.loads(render(job_spec(**CASES["spares-2x8"], qualify=False), RUN_DIR, WORKDIR).plan)
+    assert "qualify" not in off and "--qualify" not in off["node_check"]
+    assert "--nodelist=$CLUSTERTRAIN_NODES" in str(off["node_check"])  # the step's, no spare
+    on = json.loads(render_case("spares-2x8").plan)
+    assert on["qualify"] is True and on["node_check"][-1] == "--qualify"

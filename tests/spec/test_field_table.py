@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from clustertrain.cli.options import SPEC_FLAGS
 from clustertrain.errors import FieldError
 from clustertrain.spec import FIELDS, VALIDATORS, JobSpec, build_spec
-from clustertrain.spec.flags import flag_name
+from clustertrain.spec.flags import flag_name, is_switch
 from clustertrain.spec.jobfile import Plain
 from tests.conftest import run_cli
 
@@ -54,7 +54,7 @@ def test_every_field_but_args_has_a_flag_whose_help_states_the_fields_default() 
         flag = flag_name(field)
         stated = re.findall(r"\(default: (.*)\)$", entries[flag])
         expected = field.metadata["default_text"]
-        if expected is None and isinstance(field.default, bool):
+        if expected is None and is_switch(field):
             expected = "on" if field.default else "off"
         elif expected is None and field.default is not None and field.default != ():
             expected = str(field.default)
@@ -67,9 +67,9 @@ def test_a_flag_with_a_very_long_value_is_one_line_and_exit_2(name: str) -> None
     field = next(f for f in SPEC_FLAGS if f.name == name)
     flag = flag_name(field)
     value = "9" * 5000
-    argv = [flag] if isinstance(field.default, bool) else [flag, value]
+    argv = [flag] if is_switch(field) else [flag, value]
     done = run_cli("submit", *argv, "--sweep", "x=1", "--dry-run")
-    if isinstance(field.default, bool):  # a switch takes no value: nothing long to read
+    if is_switch(field):  # a switch takes no value: nothing long to read
         assert done.returncode in (0, 2), done.stderr
         return
     assert done.returncode == 2, (name, done.stdout[-300:], done.stderr[-300:])
