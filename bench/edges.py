@@ -29,11 +29,16 @@ def _timed(call: Callable[[], object], runs: int) -> float:
 
 def dry_run(words: int, work: Path) -> Callable[[], object]:
     import clustertrain
+    from clustertrain.render import RenderedJob
 
     args = [f"--x={i:07d}" for i in range(words)]
-    return lambda: clustertrain.submit(
-        dry_run=True, module="m", args=args, runs_dir=str(work / "runs")
-    ).dry_run_text()
+
+    def render() -> str:
+        job = clustertrain.submit(dry_run=True, module="m", args=args, runs_dir=str(work / "runs"))
+        assert isinstance(job, RenderedJob)
+        return job.dry_run_text()
+
+    return render
 
 
 def plot(steps: int, work: Path) -> Callable[[], object]:
