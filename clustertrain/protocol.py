@@ -101,8 +101,11 @@ WANDB_DIR = "wandb"
 NVIDIA_DEVICES = "/dev/nvidia[0-9]*"
 
 # Progress: each rank that calls runtime.heartbeat(step) keeps a file <HEARTBEAT_DIR>/rank-<N>
-# (its newest step, its mtime the time) under the attempt's log folder, and on DUMP_SIGNAL appends
-# every thread's stack to rank-<N>DUMPS_SUFFIX beside it (faulthandler). What takes the stacks
+# (BEAT_PREFIX; one line: its newest step, then its running totals of seconds in
+# runtime.compute() sections and of samples, space-separated; its mtime the time of progress)
+# under the attempt's log folder, and beside it its node's name (rank-<N>BEAT_NODE_SUFFIX), read
+# by one reader (clustertrain.node.beats). On DUMP_SIGNAL a rank appends every thread's stack to
+# rank-<N>DUMPS_SUFFIX beside it (faulthandler). What takes the stacks
 # (clustertrain.node.stacks, for the watchdog and `clustertrain stacks`) writes each rank's one
 # stack to rank-<N>.stack. The batch script's watchdog (clustertrain.node.watchdog) reads them,
 # and writes HANG_FILE there when no rank made progress for hang_timeout_s. WINCH: ignored by any
@@ -110,6 +113,8 @@ NVIDIA_DEVICES = "/dev/nvidia[0-9]*"
 # without the runtime library are safe from it.
 ENV_HEARTBEAT_DIR = "CLUSTERTRAIN_HEARTBEAT_DIR"
 HEARTBEAT_DIR = "heartbeats"
+BEAT_PREFIX = "rank-"
+BEAT_NODE_SUFFIX = ".node"
 DUMP_SIGNAL = "WINCH"
 DUMPS_SUFFIX = ".dumps"
 HANG_FILE = "hang.txt"

@@ -25,7 +25,7 @@ from clustertrain.backends.base import Backend
 from clustertrain.errors import UserError
 from clustertrain.files import RunFolderError, printable, read_regular
 from clustertrain.jobstate import Holding
-from clustertrain.node import frames
+from clustertrain.node import beats, frames
 from clustertrain.runs import Run
 from clustertrain.runs import top as topview
 from clustertrain.spec import jobfile
@@ -172,16 +172,16 @@ def _read_stacks(folder: Path, within: Path) -> dict[int, str]:
 def top(
     backend: Backend,
     run: Run,
-    before: Mapping[int, topview.Beat] | None = None,
+    before: Mapping[int, beats.Beat] | None = None,
     runner: Runner = _run,
-) -> tuple[topview.View, dict[int, topview.Beat]]:
+) -> tuple[topview.View, dict[int, beats.Beat]]:
     """The job's nodes and ranks now, and the heartbeats read (``before`` for the next call:
     step times over the time between the two)."""
     inside = enter(backend, run)
-    first = before if before is not None else topview.read_beats(inside.heartbeats, run.path)
+    first = before if before is not None else beats.read(inside.heartbeats, run.path)
     done = runner(backend.node_command(run, _node_module("top", str(inside.heartbeats))))
     figures = [found for line in done.stdout.splitlines() if (found := topview.node_figures(line))]
-    after = topview.read_beats(inside.heartbeats, run.path)
+    after = beats.read(inside.heartbeats, run.path)
     silent = tuple(n for n in inside.holding.nodes if n not in {f.node for f in figures})
     view = topview.view(run.job_id, figures, first, after, time.time(), silent)
     return view, after

@@ -7,11 +7,12 @@ the training script marks with ``runtime.compute()``, as NVIDIA's resiliency ext
 scripts mark theirs; the heartbeat carries the running total beside the step
 (:mod:`clustertrain.rank.runtime`).
 
-The watchdog reads the heartbeats as it polls and hands them to a :class:`Scorer`: per rank,
-the compute seconds per step over the last ``window_s``; per node, the median of its ranks';
-its score, that over the median of the *other* nodes' (relative, as NVRx's scores are; with
-two nodes, the other one). A node whose score stays above ``threshold`` for ``hold_s`` is named
-once: ``straggler: node3 (ranks 4-5) at 1.9x the median compute time since step 120``.
+The watchdog reads the heartbeats as it polls (clustertrain.node.beats) and hands them to a
+:class:`Scorer`: per rank, the compute seconds per step over the last ``window_s``; per node,
+the median of its ranks'; its score, that over the median of the *other* nodes' (relative, as
+NVRx's scores are; with two nodes, the other one). A node whose score stays above ``threshold``
+for ``hold_s`` is named once: ``straggler: node3 (ranks 4-5) at 1.9x the median compute time
+since step 120``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,9 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from clustertrain.node.beats import Beat
+
 WINDOW_S, HOLD_S = 8.0, 10.0
-
-
-@dataclass(frozen=True)
-class Beat:
-    time: float
-    step: int
-    compute_s: float  # the rank's running total in runtime.compute() sections
 
 
 @dataclass
@@ -39,8 +35,8 @@ class Scorer:
     slow_since: dict[str, tuple[float, int]] = field(default_factory=dict)
     named: set[str] = field(default_factory=set)
 
-    def add(self, rank: int, beat: Beat) -> None:
-        seen = self.history.setdefault(rank, deque())
+    def add(self, beat: Beat) -> None:
+        seen = self.history.setdefault(beat.rank, deque())
         if not seen or beat.step != seen[-1].step:
             seen.append(beat)
         while len(seen) > 2 and beat.time - seen[1].time >= self.window_s:

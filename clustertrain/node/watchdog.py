@@ -29,10 +29,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from clustertrain import protocol
-from clustertrain.node import frames, rollcall, stacks, straggler
+from clustertrain.node import beats, frames, rollcall, stacks, straggler
 from clustertrain.procs import proc_stat
 from clustertrain.rank import events
 
@@ -42,30 +43,24 @@ STACKS_WAIT_S, STOP_WAIT_S = 90.0, 30.0
 # A step with a lost node: srun waits for that node's answer, which will not come, and its
 # tasks on the other nodes are killed through slurmctld (scancel) meanwhile: a short grace.
 LOST_STOP_WAIT_S = 0.3
-_BEAT = re.compile(r"rank-(\d+)")
 _STACK = re.compile(r"rank-(\d+)\.stack")
 
 
-def progress(folder: Path, quiet: bool) -> tuple[dict[int, int], float | None]:
-    """Each beating rank's newest step, and when anything last moved: a heartbeat, or with
-    ``quiet`` a line of the step's output (the node logs beside ``folder``), counted from the
-    first line a rank wrote: the launchers' own lines before it are start-up, not progress."""
-    steps, newest = {}, None
-    files = [(path, _BEAT.fullmatch(path.name)) for path in folder.glob("rank-*")]
+def progress(
+    folder: Path, quiet: bool, found: Mapping[int, beats.Beat] | None = None
+) -> tuple[dict[int, int], float | None]:
+    """Each beating rank's newest step, and when anything last moved: a heartbeat (``found``,
+    where this poll read them already), or with ``quiet`` a line of the step's output (the node
+    logs beside ``folder``), counted from the first line a rank wrote: the launchers' own lines
+    before it are start-up, not progress."""
+    found = beats.read(folder) if found is None else found
+    times = [beat.time for beat in found.values()]
     if quiet:
-        files += [(path, None) for path in sorted(folder.parent.glob("*.out"))]
-        files += [(path, None) for path in sorted(folder.parent.glob("*.err"))]
-    for path, rank in files:
-        try:
-            info = path.stat()
-            if rank is not None:
-                steps[int(rank[1])] = int((path.read_text().split() or ["0"])[0])
-            elif not _ranks_wrote(path):
-                continue
-        except (OSError, ValueError):
-            continue
-        newest = info.st_mtime if newest is None else max(newest, info.st_mtime)
-    return steps, newest
+        for log in [*sorted(folder.parent.glob("*.out")), *sorted(folder.parent.glob("*.err"))]:
+            with contextlib.suppress(OSError):
+                if _ranks_wrote(log):
+                    times.append(log.stat().st_mtime)
+    return {rank: beat.step for rank, beat in found.items()}, max(times, default=None)
 
 
 def _ranks_wrote(log: Path) -> bool:
@@ -188,10 +183,12 @@ def watch(
     spare nodes, end the step as soon as one of its nodes is lost; name stragglers."""
     active, started, next_call = _active_nodes(), time.time(), 0.0
     poll_s = poll_s or min(5.0, timeout_s / 4, *([protocol.BEACON_S / 2] if active else []))
+    nodes: dict[int, str] = {}  # each rank's node, read once (beats.read)
     while _alive(srun_pid):
-        if stragglers is not None and stragglers.poll(folder, srun_pid):
+        found = beats.read(folder, nodes=nodes)
+        if stragglers is not None and stragglers.poll(folder, srun_pid, found):
             return
-        steps, newest = progress(folder, quiet)
+        steps, newest = progress(folder, quiet, found)
         if newest is not None and time.time() - newest > timeout_s:
             declare(folder, steps, newest, srun_pid)
             return
@@ -219,21 +216,17 @@ class Stragglers:
         self.pending: tuple[str, float] | None = None  # a straggler to replace, since when
         self.nodes: dict[int, str] = {}
 
-    def poll(self, folder: Path, srun_pid: int) -> bool:
-        """Read the heartbeats, say what the scores say; True once the step was ended."""
+    def poll(
+        self, folder: Path, srun_pid: int, found: Mapping[int, beats.Beat] | None = None
+    ) -> bool:
+        """Read the heartbeats (``found``, where this poll read them already), say what the
+        scores say; True once the step was ended."""
         now = time.time()
-        for path in folder.glob("rank-*"):
-            if not (match := _BEAT.fullmatch(path.name)):
-                continue
-            rank = int(match[1])
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                if rank not in self.nodes:
-                    node = (folder / f"rank-{rank}.node").read_text(errors="replace").strip()
-                    if not protocol.NODE_NAME.fullmatch(node):
-                        continue  # not a node's name: this rank is not scored
-                    self.nodes[rank] = node
-                step, total = path.read_text().split()[:2]
-                self.scorer.add(rank, straggler.Beat(path.stat().st_mtime, int(step), float(total)))
+        found = beats.read(folder, nodes=self.nodes) if found is None else found
+        for beat in found.values():
+            if beat.node != beats.UNKNOWN:  # no node's name (yet): this rank is not scored
+                self.nodes[beat.rank] = beat.node
+                self.scorer.add(beat)
         for line in self.scorer.update(now, self.nodes):
             node = line.split()[1]
             events.record(events.STRAGGLER, nodes=node, why=line.partition(": ")[2])

@@ -193,7 +193,7 @@ class _Heartbeat:
     """One rank's progress file: the newest step, the running totals of seconds in
     :func:`compute` sections and of samples, written in place at every call (one pwrite of a
     fixed-width line: microseconds, bench/heartbeat.py), its mtime the time of progress. Beside
-    it, once, the rank's node (``rank-N.node``), for the watchdog's straggler scores."""
+    it, once, the rank's node (``rank-N.node``). One reader reads both (clustertrain.node.beats)."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
@@ -217,11 +217,12 @@ class _Heartbeat:
             return
         rank = env.from_environ().rank
         Path(folder).mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(Path(folder, f"rank-{rank}"), os.O_WRONLY | os.O_CREAT, 0o644)
+        beat = Path(folder, f"{protocol.BEAT_PREFIX}{rank}")
+        self.fd = os.open(beat, os.O_WRONLY | os.O_CREAT, 0o644)
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-        Path(folder, f"rank-{rank}.node").write_text(node + "\n", encoding="utf-8")
+        Path(f"{beat}{protocol.BEAT_NODE_SUFFIX}").write_text(node + "\n", encoding="utf-8")
         # Appended to at each signal: whoever sent it reads what came after (node.stacks).
-        dumps = Path(folder, f"rank-{rank}{protocol.DUMPS_SUFFIX}")
+        dumps = Path(f"{beat}{protocol.DUMPS_SUFFIX}")
         stacks = open(dumps, "w")  # noqa: SIM115 - kept open
         signum = getattr(signal, f"SIG{protocol.DUMP_SIGNAL}")
         faulthandler.register(signum, file=stacks, all_threads=True, chain=False)

@@ -3,64 +3,22 @@
 The nodes' figures are what ``python -m clustertrain.node.top`` printed on each node (one JSON
 line a node, read here as input: numbers, a node's name, nothing else kept); the ranks' progress
 is their heartbeats (clustertrain.rank.runtime: step, compute seconds, samples, the file's
-mtime) read twice, before and after, so that a step time, samples per second and the straggler
-score (clustertrain.node.straggler, the watchdog's own) come from what moved between the two.
-Pure but for :func:`read_beats`.
+mtime) read twice by the watchdog's own reader (clustertrain.node.beats), before and after, so
+that a step time, samples per second and the straggler score (clustertrain.node.straggler, the
+watchdog's own) come from what moved between the two. Pure.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from clustertrain import protocol
-from clustertrain.files import RunFolderError, read_regular
 from clustertrain.node import straggler
-
-_BEAT = re.compile(r"rank-(\d{1,6})")
-_BEAT_BYTES = 256
-
-
-@dataclass(frozen=True)
-class Beat:
-    """A rank's heartbeat as read: its newest step, when, its totals so far."""
-
-    rank: int
-    node: str
-    step: int
-    time: float
-    compute_s: float = 0.0
-    samples: int = 0
-
-
-def read_beats(heartbeats: Path, within: Path) -> dict[int, Beat]:
-    """Every rank's heartbeat in ``heartbeats`` (a folder of the run folder ``within``): bounded,
-    never through a link; a file that is not a heartbeat is left out."""
-    found = {}
-    for path in heartbeats.glob("rank-*") if heartbeats.is_dir() else ():
-        if not (match := _BEAT.fullmatch(path.name)):
-            continue
-        try:
-            words = read_regular(path, _BEAT_BYTES, within=within).decode().split()
-            node = read_regular(path.with_name(f"{path.name}.node"), 128, within=within)
-            when = path.stat().st_mtime
-            name = node.decode().strip()
-            beat = Beat(int(match[1]), name if protocol.NODE_NAME.fullmatch(name) else "?",
-                        int(words[0]), when, *_totals(words[1:3]))  # fmt: skip
-        except (OSError, RunFolderError, UnicodeDecodeError, ValueError, IndexError):
-            continue
-        found[beat.rank] = beat
-    return found
-
-
-def _totals(words: list[str]) -> tuple[float, int]:
-    compute = float(words[0]) if words else 0.0
-    return (compute if math.isfinite(compute) else 0.0), int(words[1]) if len(words) > 1 else 0
+from clustertrain.node.beats import UNKNOWN, Beat
 
 
 @dataclass(frozen=True)
@@ -180,10 +138,10 @@ def view(
             spent = beat.time - old.time
             step_s = spent / (beat.step - old.step)
             rate = (beat.samples - old.samples) / spent if beat.samples > old.samples else None
-            scorer.add(rank, straggler.Beat(old.time, old.step, old.compute_s))
-            scorer.add(rank, straggler.Beat(beat.time, beat.step, beat.compute_s))
+            scorer.add(old)
+            scorer.add(beat)
         ago = round(max(0.0, now - beat.time), 1)
         rows.append(RankRow(rank, beat.node, beat.step, ago, step_s, rate, cpu, rss))
-    scores = scorer.scores({rank: b.node for rank, b in after.items()})
+    scores = scorer.scores({rank: b.node for rank, b in after.items() if b.node != UNKNOWN})
     rounded = {node: round(score, 2) for node, score in scores.items()}
     return View(job_id, nodes, tuple(rows), rounded, silent)

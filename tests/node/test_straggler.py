@@ -12,6 +12,7 @@ from pathlib import Path
 
 from clustertrain import protocol
 from clustertrain.node import straggler
+from clustertrain.node.beats import Beat
 from clustertrain.node.watchdog import Stragglers
 
 NODES = {0: "node1", 1: "node1", 2: "node2", 3: "node2", 4: "node3", 5: "node3"}
@@ -25,7 +26,7 @@ def _feed(scorer: straggler.Scorer, seconds: int, per_step: dict[str, float]) ->
     for t in range(seconds):
         for rank, node in NODES.items():
             totals[rank] += per_step[node]
-            scorer.add(rank, straggler.Beat(float(t), t, totals[rank]))
+            scorer.add(Beat(rank, node, t, float(t), totals[rank]))
         said += scorer.update(float(t), NODES)
     return said
 
@@ -47,10 +48,10 @@ def test_two_nodes_are_scored_against_each_other_and_scripts_without_sections_no
     scorer = straggler.Scorer(2.0)
     silent = straggler.Scorer(2.0)
     for t in range(40):
-        scorer.add(0, straggler.Beat(float(t), t, 0.01 * t))
-        scorer.add(1, straggler.Beat(float(t), t, 0.03 * t))
-        silent.add(0, straggler.Beat(float(t), t, 0.0))  # never runtime.compute(): totals 0
-        silent.add(1, straggler.Beat(float(t), t, 0.0))
+        scorer.add(Beat(0, "node1", t, float(t), 0.01 * t))
+        scorer.add(Beat(1, "node2", t, float(t), 0.03 * t))
+        silent.add(Beat(0, "node1", t, float(t), 0.0))  # never runtime.compute(): totals 0
+        silent.add(Beat(1, "node2", t, float(t), 0.0))
     scores = scorer.scores(two)
     assert round(scores["node2"], 6) == 3.0 and round(scores["node1"], 6) == round(1 / 3, 6)
     assert silent.scores(two) == {}

@@ -4,9 +4,9 @@ the ranks' step time, samples/s and straggler score from two readings of their h
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
+from clustertrain.node import beats
+from clustertrain.node.beats import Beat
 from clustertrain.runs import top
 
 
@@ -36,12 +36,12 @@ def test_a_nodes_line_that_is_not_its_figures_is_left_out() -> None:
 
 
 def test_step_time_samples_and_the_straggler_score_come_from_what_moved() -> None:
-    before = {r: top.Beat(r, f"node{1 + r // 2}", 10, 100.0, 1.0 * r, 40) for r in range(4)}
+    before = {r: Beat(r, f"node{1 + r // 2}", 10, 100.0, 1.0 * r, 40) for r in range(4)}
     after = {
-        0: top.Beat(0, "node1", 20, 102.0, 0.0 + 1.0, 80),  # 10 steps in 2 s, 0.1 s compute each
-        1: top.Beat(1, "node1", 20, 102.0, 1.0 + 1.0, 80),
-        2: top.Beat(2, "node2", 20, 102.0, 2.0 + 3.0, 80),  # node2: 0.3 s a step, 3x
-        3: top.Beat(3, "node2", 20, 102.0, 3.0 + 3.0, 80),
+        0: Beat(0, "node1", 20, 102.0, 0.0 + 1.0, 80),  # 10 steps in 2 s, 0.1 s compute each
+        1: Beat(1, "node1", 20, 102.0, 1.0 + 1.0, 80),
+        2: Beat(2, "node2", 20, 102.0, 2.0 + 3.0, 80),  # node2: 0.3 s a step, 3x
+        3: Beat(3, "node2", 20, 102.0, 3.0 + 3.0, 80),
     }
     figures = [
         _figures("node2", {2: (99.0, 2048), 3: (98.0, 2048)}),
@@ -61,29 +61,17 @@ def test_step_time_samples_and_the_straggler_score_come_from_what_moved() -> Non
 
 
 def test_a_rank_that_did_not_step_between_the_readings_has_no_step_time() -> None:
-    beat = top.Beat(0, "node1", 5, 100.0)
+    beat = Beat(0, "node1", 5, 100.0)
     view = top.view("42", [], {0: beat}, {0: beat}, now=130.0, silent=("node1",))
     assert view.ranks[0].step_s is None and view.ranks[0].ago_s == 30.0
     assert view.lines()[0] == "job 42: 0 node(s), 1 rank(s); no figures from node1"
 
 
-def test_heartbeats_are_read_bounded_and_a_forged_one_left_out(tmp_path: Path) -> None:
-    beats = tmp_path / "logs" / "attempt-0" / "heartbeats"
-    beats.mkdir(parents=True)
-    (beats / "rank-0").write_text(f"{7:>20} {1.5:>20.6f} {64:>20}\n")
-    (beats / "rank-0.node").write_text("node1\n")
-    (beats / "rank-1").write_text(f"{3:>20} {0.5:>20.6f}\n")  # an older runtime: no samples
-    (beats / "rank-1.node").write_text("node[1-2]\n")  # not a node's name
-    (beats / "rank-2").write_text("x\n")
-    (beats / "rank-2.node").write_text("node1\n")
-    os.symlink("/etc/passwd", beats / "rank-3")
-    (beats / "rank-3.node").write_text("node1\n")
-    found = top.read_beats(beats, tmp_path)
-    assert sorted(found) == [0, 1]
-    assert (found[0].step, found[0].compute_s, found[0].samples, found[0].node) == (
-        7,
-        1.5,
-        64,
-        "node1",
-    )
-    assert (found[1].samples, found[1].node) == (0, "?")
+def test_a_rank_whose_node_is_unknown_is_shown_but_scores_no_node() -> None:
+    """Its node file missing or naming no node (clustertrain.node.beats): "?" is no node."""
+    nodes = ["node1", "node2", beats.UNKNOWN]
+    before = {r: Beat(r, node, 10, 100.0, 1.0, 40) for r, node in enumerate(nodes)}
+    after = {r: Beat(r, nodes[r], 20, 102.0, 1.0 + (1.0, 3.0, 9.0)[r], 80) for r in before}
+    view = top.view("42", [], before, after, now=103.0)
+    assert view.scores == {"node1": 0.33, "node2": 3.0}
+    assert [row.node for row in view.ranks] == nodes
