@@ -16,21 +16,24 @@ other nodes write, it polls, and spends its polling where the lines are. Each cy
 - **inotify, files**: one watch per folder (the logs folder, each attempt folder), none per file.
   A cycle checks only the files that had events since the last, and those a ``READ_CHUNK`` left
   unfinished. A safety sweep checks every file once per ``SAFETY_S`` (a slice each cycle) and
-  lists every folder again, so an event that never came delays a line, never loses it. A queue
-  that overflowed, a folder moved or deleted: the next cycle checks every file and folder.
+  lists again each folder whose mtime moved (every folder once per ``RELIST_S``), so an event
+  that never came delays a line, never loses it. A queue that overflowed, a folder moved or
+  deleted: the next cycle checks every file and lists every folder.
 - **inotify, folders**: a new attempt folder is heard in the logs folder's events; it is watched
   first, then listed, so no file made between the two is missed. A logs folder that cannot be
   watched (a symlink, gone), or inotify spent, and the follower polls.
 - **Memory**: per file an offset and at most one partial line (``MAX_PARTIAL`` bytes, less what
   its ``\r`` overwrote: a progress bar never ends its line); nothing of the history is kept.
-- **The end**: after the job ends, a last pass opens every file and reads it to its end (an
-  open makes an NFS client revalidate), so no line is lost to a stale ``stat`` or a lost event.
+- **The end**: after the job ends, a last pass lists every folder, opens every file and reads
+  it to its end (an open makes an NFS client revalidate), so no line is lost to a stale ``stat``
+  or a lost event; each folder is opened once for the files in it.
 
 Only regular files inside the run's own ``logs`` folder are read; symlinks are skipped.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clustertrain import protocol
-from clustertrain.files import RunFolderError, open_regular
+from clustertrain.files import RunFolderError, open_folder, open_regular, open_regular_at
 from clustertrain.runs import bars
 from clustertrain.runs.inotify import Watcher
 
@@ -47,9 +50,12 @@ CYCLE_S = 0.25
 SWEEP_CYCLES = 3
 QUIET_AFTER_S = 5.0
 RESCAN_S = 2.0
-# With inotify: how long a line can wait for an event that never came (every file once).
+# With inotify: how long a line can wait for an event that never came (every file checked,
+# every folder whose mtime moved listed), and for a folder whose mtime did not show it (a file
+# made within the same tick of the filesystem's coarse clock as the last listing).
 SAFETY_S = 10.0
 SAFETY_CYCLES = round(SAFETY_S / CYCLE_S)
+RELIST_S = 60.0
 MAX_PARTIAL = 1 << 20
 # At most this much of one file is read at a time: a log that grew by a gigabyte is read over
 # several cycles (the rest at the next), never held whole.
@@ -120,8 +126,9 @@ def _log_named(folder: str, name: str, attempt: int | None, job_id: str) -> LogF
 
 def _node_logs(folder: str, attempt: int, known: Container[str] = ()) -> list[LogFile]:
     """The node files in ``folder``, leaving out the ``known`` paths (cheaply: by name)."""
+    base = Path(folder)  # each path made from it parses its name alone: 65,536 add up
     return [
-        LogFile(Path(entry.path), attempt, name[1], name[2])
+        LogFile(base / entry.name, attempt, name[1], name[2])
         for entry in _entries(folder)
         if entry.path not in known
         and (name := _NODE_FILE.fullmatch(entry.name))
@@ -166,6 +173,7 @@ class Tail:
     _polling: bool = False
     _generation: int = -1
     _next_safety: float = float("-inf")
+    _next_relist: float = float("-inf")
     _attempts: dict[str, int] = field(default_factory=dict)
     _pending: set[str] = field(default_factory=set)
 
@@ -194,10 +202,20 @@ class Tail:
                 del hot[path]
 
     def finish(self) -> Iterator[tuple[LogFile, bytes]]:
-        """After the job: every file read to its end, the last partial lines included."""
+        """After the job: every file opened and read to its end, the last partial lines
+        included. Each folder is opened once (as every file would be: from the run folder, never
+        through a symlink), and each file in it from its descriptor."""
         self._discover(float("inf"))
-        for path in self._order:
-            yield from self._read(self.files[path], final=True)
+        for folder, paths in itertools.groupby(self._order, key=os.path.dirname):
+            try:
+                fd = open_folder(Path(folder), self.within)
+            except RunFolderError:
+                continue  # swapped for a symlink, or gone: its files are not read
+            try:
+                for path in paths:
+                    yield from self._read(self.files[path], final=True, folder=fd)
+            finally:
+                os.close(fd)
 
     def _polled(self, now: float) -> list[str]:
         """Polling's cycle: new files found, then the hot ones and this cycle's slice."""
@@ -259,11 +277,11 @@ class Tail:
             if not watcher.watch(str(self.logs), self._logs_names()):
                 self._polling = True
                 return None
-            self._rescan(now)
+            self._rescan(now, every=True)
             return list(self._order)
-        if now >= self._next_safety:
-            self._rescan(now)
         due = dict.fromkeys(self._pending)
+        if now >= self._next_safety:
+            due.update(dict.fromkeys(self._rescan(now, every=now >= self._next_relist)))
         for folder, attempt in [(str(self.logs), None), *self._attempts.items()]:
             for name in sorted(watcher.take(folder) or ()):
                 due.update(dict.fromkeys(self._written(folder, name, attempt)))
@@ -275,11 +293,18 @@ class Tail:
         batch = re.escape(f"slurm-{self.job_id}.") + r"(?:out|err)"
         return re.compile(f"{ATTEMPT.pattern}|{batch}")
 
-    def _rescan(self, now: float) -> None:
-        """List every folder again, each attempt folder watched before it is listed."""
+    def _rescan(self, now: float, every: bool) -> list[str]:
+        """List the folders again, each attempt folder watched before it is listed: ``every``
+        one, or those whose mtime moved since they were last listed. The new files' paths."""
         self._next_safety = now + SAFETY_S
-        for log in _scan(self.logs, self.job_id, self._watch_attempt, self.files):
-            self._track(log)
+        if every:
+            self._next_relist = now + RELIST_S
+
+        def listed(folder: os.DirEntry[str]) -> bool:
+            return self._watch_attempt(folder) and self._changed(folder, every)
+
+        new = _scan(self.logs, self.job_id, listed, self.files)
+        return [path for log in new if (path := self._track(log))]
 
     def _watch_attempt(self, folder: os.DirEntry[str]) -> bool:
         number = ATTEMPT.fullmatch(folder.name)
@@ -309,18 +334,26 @@ class Tail:
         self._attempts[path] = number
         return [p for log in _node_logs(path, number, self.files) if (p := self._track(log))]
 
-    def _read(self, tracked: _Tracked, final: bool) -> Iterator[tuple[LogFile, bytes]]:
+    def _read(
+        self, tracked: _Tracked, final: bool, folder: int | None = None
+    ) -> Iterator[tuple[LogFile, bytes]]:
         """The new complete lines of ``tracked`` (READ_CHUNK at most; with ``final``, all that
-        is there, chunk after chunk, and the last partial line)."""
+        is there, chunk after chunk, and the last partial line), opened in ``folder`` if given
+        (its folder's descriptor)."""
         while True:
             size_before = tracked.offset
-            yield from self._read_chunk(tracked, final)
+            yield from self._read_chunk(tracked, final, folder)
             if not final or tracked.offset == size_before:
                 return
 
-    def _read_chunk(self, tracked: _Tracked, final: bool) -> Iterator[tuple[LogFile, bytes]]:
+    def _read_chunk(
+        self, tracked: _Tracked, final: bool, folder: int | None
+    ) -> Iterator[tuple[LogFile, bytes]]:
+        path = tracked.log.path
         try:  # a log replaced by a symlink since it was listed is not read
-            handle = open_regular(tracked.log.path, self.within)
+            handle = (
+                open_regular(path, self.within) if folder is None else open_regular_at(folder, path)
+            )
         except RunFolderError:
             return
         with handle:

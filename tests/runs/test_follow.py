@@ -103,6 +103,18 @@ def test_the_safety_sweep_reads_a_write_no_event_told_of(
     assert seen == [b"unheard"]
 
 
+def test_the_safety_sweep_finds_a_file_no_event_told_of(
+    tmp_path: Path, watched: Watcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _folder_of(tmp_path, 3)
+    cycle = _Cycles(tmp_path / "logs", watched, monkeypatch)
+    cycle()
+    monkeypatch.setattr(watched, "take", lambda folder: set())  # every event lost
+    (folder / "node100.out").write_text("made unheard\n")
+    seen = [line for _ in range(follow.SAFETY_CYCLES) for line in cycle()]
+    assert seen == [b"made unheard"]
+
+
 def test_a_new_attempt_folder_and_the_files_made_in_it_later_are_read(
     tmp_path: Path, watched: Watcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
