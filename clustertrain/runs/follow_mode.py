@@ -72,7 +72,7 @@ def choose(asked: str, fs_type: int | None) -> Mode:
     if asked != AUTO:
         return Mode(asked, f"{ENV_FOLLOW}={asked}")
     if fs_type in LOCAL:
-        return Mode(INOTIFY, f"a local filesystem ({LOCAL[fs_type]})")
+        return Mode(INOTIFY, f"{LOCAL[fs_type]}: a local filesystem")
     if fs_type in SHARED:
         return Mode(POLL, f"{SHARED[fs_type]}: inotify does not hear other machines' writes")
     if fs_type is None:
