@@ -43,6 +43,7 @@ def printable(text: str) -> str:
 
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
@@ -61,19 +62,45 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _open_below(path: Path, within: Path) -> int:
+def open_regular_at(folder: int, path: Path) -> BinaryIO:
+    """The regular file ``path.name`` in the folder open as ``folder`` (:func:`open_folder`),
+    as :func:`open_regular` would open ``path``: for many files of one folder, which is then
+    resolved once (the final pass of ``logs --follow`` opens every log)."""
+    try:
+        fd = os.open(path.name, _READ, dir_fd=folder)
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunFolderError(f"{path}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def open_folder(path: Path, within: Path | None = None) -> int:
+    """A descriptor of the folder ``path``, for :func:`open_regular_at`; opened as
+    :func:`open_regular` opens a file (with ``within``, every part from its descriptor, never
+    through a symlink). The caller closes it. :class:`RunFolderError` where it cannot be."""
+    try:
+        if within is None or path == within:
+            return os.open(path, _FOLDER)
+        return _open_below(path, within, _FOLDER)
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
+
+
+def _open_below(path: Path, within: Path, flags: int = _READ) -> int:
     """``path`` opened one part at a time from ``within`` (itself no symlink) with openat and
     ``O_NOFOLLOW``; a path that is not below ``within`` is refused."""
     parts = path.relative_to(within).parts if path.is_relative_to(within) else ()
     if not parts or any(part in (".", "..") for part in parts):
         raise OSError(errno.EXDEV, f"not inside {within}")
-    folder = os.open(within, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    folder = os.open(within, _FOLDER)
     try:
         for part in parts[:-1]:
-            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            inner = os.open(part, _FOLDER, dir_fd=folder)
             os.close(folder)
             folder = inner
-        return os.open(parts[-1], _READ, dir_fd=folder)
+        return os.open(parts[-1], flags, dir_fd=folder)
     finally:
         os.close(folder)
 

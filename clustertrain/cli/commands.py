@@ -201,7 +201,9 @@ def cancel(job: str, runs_dir: str | None) -> None:
     "-f",
     "--follow",
     is_flag=True,
-    help="Stream new lines until the job ends; exit 0 only if it COMPLETED.",
+    help="Stream new lines until the job ends; exit 0 only if it COMPLETED. Watches the logs "
+    "with inotify on a local filesystem, polls them on a shared one (NFS, Lustre); "
+    "$CLUSTERTRAIN_FOLLOW=poll|inotify|auto chooses.",
 )
 @click.option("--rank", type=click.IntRange(min=0), help="Only this global rank.")
 @click.option("--node", help="Only this node.")

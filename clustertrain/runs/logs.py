@@ -23,7 +23,7 @@ from typing import TextIO
 from clustertrain import protocol
 from clustertrain.files import RunFolderError, open_regular, printable, read_regular
 from clustertrain.jobstate import JobState
-from clustertrain.runs import Run, bars, fold, folderstate, tasks
+from clustertrain.runs import Run, bars, fold, folderstate, follow_mode, tasks
 from clustertrain.runs.follow import (
     ATTEMPT,
     CYCLE_S,
@@ -32,6 +32,7 @@ from clustertrain.runs.follow import (
     Tail,
     list_log_files,
 )
+from clustertrain.runs.inotify import Watcher
 
 # torchelastic's failure report (ChildFailedError), which torchrun and accelerate print: a
 # heading, then a field a line. Read line by line, each pattern anchored to its field's name:
@@ -293,14 +294,36 @@ def follow_lines(
     return value is the final state.
 
     Only complete lines are yielded; a final pass after the job ends catches the last ones.
-    How the files are polled, at any number of them: :mod:`clustertrain.runs.follow`. While
-    ``job_state`` raises :class:`~clustertrain.errors.SchedulerUnreachable`, the run folder
-    says when the job ends (:class:`clustertrain.runs.folderstate.Watch`, which tells ``say``,
-    by default stderr). ``progress`` hears each bar while it moves.
+    How the files are watched or polled, at any number of them: :mod:`clustertrain.runs.follow`
+    (which of the two: :mod:`clustertrain.runs.follow_mode`, whose ``$CLUSTERTRAIN_FOLLOW``
+    is checked here). While ``job_state`` raises
+    :class:`~clustertrain.errors.SchedulerUnreachable`, the run folder says when the job ends
+    (:class:`clustertrain.runs.folderstate.Watch`). ``say`` (by default stderr) hears when the
+    scheduler cannot be reached and when it is back, and once if inotify cannot be had.
+    ``progress`` hears each bar while it moves.
     """
     watch = folderstate.Watch(run, job_state, say or _say, clock)
+    watcher = follow_mode.watcher(run.logs_dir, say or _say)
+    try:
+        return (yield from _followed(run, filters, watch, watcher, clock, sleep, progress))
+    finally:
+        if watcher is not None:
+            watcher.close()
+
+
+def _followed(
+    run: Run,
+    filters: Filter,
+    watch: folderstate.Watch,
+    watcher: Watcher | None,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    progress: bars.Progress | None,
+) -> Generator[str, None, JobState]:
+    """:func:`follow_lines`' loop, with what it watches the files with (None: polling)."""
     tails = [
-        (p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock, v.folder)) for p, v in _views(run)
+        (p, Tail(v.logs_dir, v.job_id, filters.wants_file, clock, v.folder, watcher))
+        for p, v in _views(run)
     ]
     readers: dict[Path, _Reader] = {}
 

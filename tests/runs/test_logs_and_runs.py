@@ -14,6 +14,7 @@ from clustertrain.errors import UserError
 from clustertrain.jobstate import JobState
 from clustertrain.render import render
 from clustertrain.runs import follow, logs, why
+from clustertrain.runs.inotify import Watcher
 from tests.conftest import job_spec
 
 
@@ -82,7 +83,7 @@ def test_symlinked_logs_are_not_followed(tmp_path: Path) -> None:
     assert list(logs.read_all(run, logs.Filter())) == []
 
 
-def test_a_symlinked_logs_folder_is_not_followed(tmp_path: Path) -> None:
+def test_a_symlinked_logs_folder_is_not_followed(tmp_path: Path, watcher: Watcher | None) -> None:
     run = _make_run(tmp_path / "runs", "4")
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "attempt-0").mkdir(parents=True)
@@ -91,11 +92,13 @@ def test_a_symlinked_logs_folder_is_not_followed(tmp_path: Path) -> None:
     run.logs_dir.rmdir()
     run.logs_dir.symlink_to(elsewhere)
     now = [0.0]
-    tail = follow.Tail(run.logs_dir, "4", lambda log: True, lambda: now[0])
+    tail = follow.Tail(run.logs_dir, "4", lambda log: True, lambda: now[0], watcher=watcher)
     assert list(tail.poll()) == [] and list(tail.finish()) == []
 
 
-def test_follow_prints_lines_as_written_and_returns_the_final_state(tmp_path: Path) -> None:
+def test_follow_prints_lines_as_written_and_returns_the_final_state(
+    tmp_path: Path, follow_env: str
+) -> None:
     run = _make_run(tmp_path, "5")
     node_log = run.logs_dir / "attempt-0" / "node1.out"
     node_log.parent.mkdir()
@@ -227,8 +230,8 @@ def test_a_full_disk_leaves_no_half_written_run_folder(
     assert list((tmp_path / "runs").iterdir()) == []
 
 
-def _tail(logs_dir: Path, now: list[float]) -> follow.Tail:
-    return follow.Tail(logs_dir, "7", lambda log: True, lambda: now[0])
+def _tail(logs_dir: Path, now: list[float], watcher: Watcher | None = None) -> follow.Tail:
+    return follow.Tail(logs_dir, "7", lambda log: True, lambda: now[0], watcher=watcher)
 
 
 def _cycle(tail: follow.Tail, now: list[float]) -> list[bytes]:
@@ -237,14 +240,14 @@ def _cycle(tail: follow.Tail, now: list[float]) -> list[bytes]:
 
 
 def test_the_follower_sweeps_every_quiet_file_within_a_sweep_and_finds_new_ones(
-    tmp_path: Path,
+    tmp_path: Path, watcher: Watcher | None
 ) -> None:
     folder = tmp_path / "logs" / "attempt-0"
     folder.mkdir(parents=True)
     for k in range(30):
         (folder / f"node{k}.out").write_text(f"old {k}\n")
     now = [0.0]
-    tail = _tail(tmp_path / "logs", now)
+    tail = _tail(tmp_path / "logs", now, watcher)
     assert sorted(_cycle(tail, now)) == sorted(f"old {k}".encode() for k in range(30))
     # Long quiet, then one line in each file: every one is seen within one sweep of cycles.
     for _ in range(int(follow.QUIET_AFTER_S / follow.CYCLE_S) + 2):
@@ -262,13 +265,15 @@ def test_the_follower_sweeps_every_quiet_file_within_a_sweep_and_finds_new_ones(
     assert tail.files[str(later / "node1.err")].log.attempt == 1
 
 
-def test_the_follower_keeps_no_history_and_caps_a_line_without_end(tmp_path: Path) -> None:
+def test_the_follower_keeps_no_history_and_caps_a_line_without_end(
+    tmp_path: Path, watcher: Watcher | None
+) -> None:
     folder = tmp_path / "logs" / "attempt-0"
     folder.mkdir(parents=True)
     log = folder / "node1.out"
     log.write_bytes(b"x" * (follow.MAX_PARTIAL + 10))
     now = [0.0]
-    tail = _tail(tmp_path / "logs", now)
+    tail = _tail(tmp_path / "logs", now, watcher)
     assert [len(line) for line in _cycle(tail, now)] == [follow.MAX_PARTIAL + 10]
     tracked = tail.files[str(log)]
     assert (tracked.offset, tracked.partial) == (follow.MAX_PARTIAL + 10, b"")
@@ -337,7 +342,9 @@ def test_a_failure_report_is_read_line_by_line_whatever_the_stderr_holds() -> No
     }
 
 
-def test_a_huge_line_and_a_huge_log_are_read_in_bounded_pieces(tmp_path: Path) -> None:
+def test_a_huge_line_and_a_huge_log_are_read_in_bounded_pieces(
+    tmp_path: Path, watcher: Watcher | None
+) -> None:
     """A 3 MiB line comes out in pieces of at most MAX_PARTIAL, both when read and followed;
     a log that grew by 20 MiB at once is followed a chunk a cycle, every line once."""
     run = _make_run(tmp_path, "7")
@@ -351,7 +358,7 @@ def test_a_huge_line_and_a_huge_log_are_read_in_bounded_pieces(tmp_path: Path) -
     many = b"".join(b"line %08d\n" % i for i in range(2_000_000))  # 30 MiB
     (folder / "node2.out").write_bytes(many)
     now = [0.0]
-    tail = _tail(run.logs_dir, now)
+    tail = _tail(run.logs_dir, now, watcher)
     seen = []
     for _ in range(20):
         seen += [raw for log, raw in _cycle_logs(tail, now) if log.node == "node2"]
@@ -396,7 +403,9 @@ def test_symlinked_folders_inside_a_run_folder_are_not_followed(tmp_path: Path) 
     assert logs.hang(run) is None
 
 
-def test_a_folder_swapped_for_a_link_after_it_was_listed_leads_nowhere(tmp_path: Path) -> None:
+def test_a_folder_swapped_for_a_link_after_it_was_listed_leads_nowhere(
+    tmp_path: Path, watcher: Watcher | None
+) -> None:
     """The race the checks alone leave open: ``logs/attempt-0`` is listed as a folder, then
     swapped for a symlink to someone else's folder before its files are read. Every read
     opens each part from the run folder's descriptor (openat, O_NOFOLLOW), so what is read is
@@ -409,7 +418,9 @@ def test_a_folder_swapped_for_a_link_after_it_was_listed_leads_nowhere(tmp_path:
     attempt.mkdir(parents=True)
     (attempt / "node1.out").write_bytes(b"mine\n")
     now = [0.0]
-    tail = follow.Tail(run.logs_dir, run.job_id, lambda log: True, lambda: now[0], run.folder)
+    tail = follow.Tail(
+        run.logs_dir, run.job_id, lambda log: True, lambda: now[0], run.folder, watcher
+    )
     assert [line for _, line in _cycle_logs(tail, now)] == [b"mine"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
