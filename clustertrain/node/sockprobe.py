@@ -300,8 +300,9 @@ class Member:
         return None
 
     def _order(self, ctrl: socket.socket, listener: socket.socket) -> bool:
-        """The head's next order carried out; False at the end."""
-        order = wire.receive(ctrl, Deadline(self.join_s))
+        """The head's next order carried out; False at the end. The first may wait out the
+        head's join window, any may wait out a wave of others' steps: ``join_s`` each."""
+        order = wire.receive(ctrl, Deadline(2 * self.join_s))
         do = order.get("do")
         if do == "end":
             return False
