@@ -10,7 +10,10 @@ tasks), timed from the first start to the last exit (the median of RUNS):
   a gloo group through a TCPStore, matmuls and pairs in turns), as every CPU node ran them
   before;
 - sockets: that, then the probes without torch (clustertrain.node.sockprobe: numpy, TCP
-  sockets), as a CPU node runs them now.
+  sockets), as a CPU node runs them now;
+- apart: the same, each process with a boot id of its own (faked here), so that the head runs
+  the matmuls and each round's pairs at once, as on separate hosts: its time is what the
+  rounds cost when nothing takes turns (its figures are not: the processes share the cores).
 
 Every process shares this host's cores and boot id, so the socket probes take turns as on the
 local cluster: the figures are indicative of the local cluster, not of separate hosts. Prints a
@@ -37,11 +40,13 @@ way, port, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sy
 found = nodecheck.probe("127.0.0.1", port, rank == 0)
 if way == "torch":
     found.update(torchprobe.measure("127.0.0.1", port, "lo"))
-elif way == "sockets":
+elif way in ("sockets", "apart"):
+    if way == "apart":
+        sockprobe.boot_id = lambda: f"{rank:032x}"
     found.update(sockprobe.measure(found["address"], port, rank, world))
 print(json.dumps(found))
 """
-WAYS = ("alone", "torch", "sockets")
+WAYS = ("alone", "torch", "sockets", "apart")
 
 
 def _free_port() -> int:
@@ -84,9 +89,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs; the median of {args.runs} runs, in seconds\n")
-    rows = ["| nodes | node check alone | + torch probes | + socket probes | "
-            "socket probes' GFLOP/s, MiB/s (min-max) |",
-            "|---:|---:|---:|---:|---|"]  # fmt: skip
+    rows = ["| nodes | node check alone | + torch probes | + socket probes | + socket probes, "
+            "boot ids apart | socket probes' GFLOP/s, MiB/s (min-max) |",
+            "|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for world in (int(n) for n in args.nodes.split(",")):
         times: dict[str, list[float]] = {way: [] for way in WAYS}
         probes: list[dict] = []
@@ -102,7 +107,7 @@ def main() -> None:
         )
         median = {way: statistics.median(t) for way, t in times.items()}
         rows.append(f"| {world} | {median['alone']:.2f} | {median['torch']:.2f} | "
-                    f"{median['sockets']:.2f} | {spread} |")  # fmt: skip
+                    f"{median['sockets']:.2f} | {median['apart']:.2f} | {spread} |")  # fmt: skip
         print(rows[-1], flush=True)
     print("\n" + "\n".join(rows))
 

@@ -165,9 +165,10 @@ class Head:
             for round_ in pairs(len(ranks)):
                 self._round([(ranks[a], ranks[b]) for a, b in round_])
             self._orders([(rank, {"do": "end"}) for rank in self.nodes], replies=False)
+            deadline = Deadline(self.join_s)
             for node in self.nodes.values():  # the member closes first
                 with contextlib.suppress(WireError, OSError):
-                    wire.read_exactly(node.sock, 1, Deadline(self.join_s))
+                    wire.read_exactly(node.sock, 1, deadline)
         finally:
             self.listener.close()
             for node in self.nodes.values():
@@ -229,7 +230,8 @@ class Head:
         for rank, _ in orders if replies else ():
             if rank in self.nodes:
                 try:
-                    wire.receive(self.nodes[rank].sock, deadline)
+                    if wire.receive(self.nodes[rank].sock, deadline).get("done") is not True:
+                        raise WireError("a reply that is not done")
                 except (WireError, OSError):
                     self.nodes.pop(rank).sock.close()
 
