@@ -11,9 +11,10 @@ tasks), timed from the first start to the last exit (the median of RUNS):
   before;
 - sockets: that, then the probes without torch (clustertrain.node.sockprobe: numpy, TCP
   sockets), as a CPU node runs them now;
-- apart: the same, each process with a boot id of its own (faked here), so that the head runs
-  the matmuls and each round's pairs at once, as on separate hosts: its time is what the
-  rounds cost when nothing takes turns (its figures are not: the processes share the cores).
+- protocol: the socket probes with no matmul, each process with a boot id of its own (faked
+  here), so that the head runs each round's pairs at once, as on separate hosts: what the
+  joining and the rounds cost when nothing takes turns. (With the matmul, N processes on this
+  host's few cores cost N matmuls of CPU at once or in turns alike.)
 
 Every process shares this host's cores and boot id, so the socket probes take turns as on the
 local cluster: the figures are indicative of the local cluster, not of separate hosts. Prints a
@@ -40,13 +41,15 @@ way, port, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sy
 found = nodecheck.probe("127.0.0.1", port, rank == 0)
 if way == "torch":
     found.update(torchprobe.measure("127.0.0.1", port, "lo"))
-elif way in ("sockets", "apart"):
-    if way == "apart":
-        sockprobe.boot_id = lambda: f"{rank:032x}"
+elif way == "sockets":
     found.update(sockprobe.measure(found["address"], port, rank, world))
+elif way == "protocol":
+    sockprobe.boot_id = lambda: f"{rank:032x}"
+    none = lambda: (1.0, "none")
+    found.update(sockprobe.measure(found["address"], port, rank, world, 60.0, none))
 print(json.dumps(found))
 """
-WAYS = ("alone", "torch", "sockets", "apart")
+WAYS = ("alone", "torch", "sockets", "protocol")
 
 
 def _free_port() -> int:
@@ -87,27 +90,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="2,4,8,16")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--ways", default=",".join(WAYS), help="a few of: " + ", ".join(WAYS))
     args = parser.parse_args()
+    ways = [way for way in WAYS if way in args.ways.split(",")]
     print(f"{os.cpu_count()} CPUs; the median of {args.runs} runs, in seconds\n")
-    rows = ["| nodes | node check alone | + torch probes | + socket probes | + socket probes, "
-            "boot ids apart | socket probes' GFLOP/s, MiB/s (min-max) |",
+    rows = ["| nodes | node check alone | + torch probes | + socket probes | + socket "
+            "protocol, no matmul, hosts apart | socket probes' GFLOP/s, MiB/s (min-max) |",
             "|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for world in (int(n) for n in args.nodes.split(",")):
-        times: dict[str, list[float]] = {way: [] for way in WAYS}
+        times: dict[str, list[float]] = {way: [] for way in ways}
         probes: list[dict] = []
         for _ in range(args.runs):
-            for way in WAYS:  # alternated: a busy moment of the host falls on all three
+            for way in ways:  # alternated: a busy moment of the host falls on each
                 seconds, found = once(way, world)
                 times[way].append(seconds)
                 probes += found if way == "sockets" else []
         gflops = [p["gflops"] for p in probes]
         links = [p["link_mib_s"] for p in probes if p["link_mib_s"] is not None]
-        spread = f"{min(gflops):.0f}-{max(gflops):.0f}, " + (
-            f"{min(links):.0f}-{max(links):.0f}" if links else "-"
-        )
-        median = {way: statistics.median(t) for way, t in times.items()}
-        rows.append(f"| {world} | {median['alone']:.2f} | {median['torch']:.2f} | "
-                    f"{median['sockets']:.2f} | {median['apart']:.2f} | {spread} |")  # fmt: skip
+        spread = " ".join(f"{min(f):.0f}-{max(f):.0f}," for f in (gflops, links) if f)
+        cells = [f"{statistics.median(times[way]):.2f}" if way in times else "-" for way in WAYS]
+        rows.append(f"| {world} | {' | '.join(cells)} | {spread.rstrip(',') or '-'} |")
         print(rows[-1], flush=True)
     print("\n" + "\n".join(rows))
 

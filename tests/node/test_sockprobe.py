@@ -27,9 +27,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _measured(ranks: list[int], world: int, join_s: float = 10.0) -> dict[int, dict[str, Any]]:
+def _measured(
+    ranks: list[int], world: int, join_s: float = 10.0, port: int = 0
+) -> dict[int, dict[str, Any]]:
     """Each rank's :func:`sockprobe.measure`, each in a thread."""
-    port, found = _free_port(), dict[int, dict[str, Any]]()
+    port, found = port or _free_port(), dict[int, dict[str, Any]]()
 
     def one(rank: int) -> None:
         found[rank] = sockprobe.measure("127.0.0.1", port, rank, world, join_s, _stub)
@@ -51,6 +53,13 @@ def test_every_node_gets_its_figures_from_a_real_exchange(world: int) -> None:
         assert figures["link_mib_s"] > 0
     if world == 2:  # one pair: the leader's timing is both nodes' figure
         assert found[0]["link_mib_s"] == found[1]["link_mib_s"]
+
+
+def test_the_rendezvous_port_is_free_again_for_torchrun_when_the_probes_end() -> None:
+    port = _free_port()
+    assert all(f["link_mib_s"] > 0 for f in _measured([0, 1, 2], 3, port=port).values())
+    with socket.create_server(("", port)):  # as the TCPStore of torchrun's rendezvous binds it
+        pass
 
 
 def test_one_node_alone_has_a_matmul_and_no_link() -> None:
@@ -120,8 +129,9 @@ def test_a_hostile_peer_on_the_rendezvous_port_is_turned_away_and_the_nodes_go_o
     assert found[0]["link_mib_s"] > 0 and found[1]["link_mib_s"] > 0
 
 
-def _fake_head(*said: bytes) -> tuple[int, threading.Thread]:
-    """A head that welcomes one member, then says ``said``, then waits for it to go."""
+def _fake_head(answer: dict[str, Any], *said: bytes) -> tuple[int, threading.Thread]:
+    """A head that answers one member's hello with ``answer``, then says ``said``, then waits
+    for it to go."""
     server = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -129,7 +139,7 @@ def _fake_head(*said: bytes) -> tuple[int, threading.Thread]:
             conn, _ = server.accept()
             with conn:
                 wire.receive(conn, Deadline(5))
-                wire.send(conn, Deadline(5), {"welcome": True})
+                wire.send(conn, Deadline(5), answer)
                 for data in said:
                     conn.sendall(data)
                 conn.settimeout(5)
@@ -153,27 +163,19 @@ def _fake_head(*said: bytes) -> tuple[int, threading.Thread]:
 def test_a_head_that_says_what_no_head_says_fails_the_node_in_one_line(
     said: list[bytes], why: str
 ) -> None:
-    port, thread = _fake_head(*said)
+    port, thread = _fake_head({"welcome": True}, *said)
     found = sockprobe.measure("127.0.0.1", port, 1, 2, 0.5, _stub)
     assert found["qualify_error"].startswith("the head node: ") and why in found["qualify_error"]
     thread.join(timeout=10)
 
 
 def test_a_head_that_refuses_a_node_says_why_and_the_node_does_not_retry() -> None:
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def refuse() -> None:
-        with server:
-            conn, _ = server.accept()
-            with conn:
-                wire.receive(conn, Deadline(5))
-                wire.send(conn, Deadline(5), {"error": "node rank 1 joined twice"})
-
-    threading.Thread(target=refuse, daemon=True).start()
-    found = sockprobe.measure("127.0.0.1", server.getsockname()[1], 1, 2, 5.0, _stub)
+    port, thread = _fake_head({"error": "node rank 1 joined twice"})
+    found = sockprobe.measure("127.0.0.1", port, 1, 2, 5.0, _stub)
     assert found["qualify_error"] == (
         "joining the others: the head node refused this node: node rank 1 joined twice"
     )
+    thread.join(timeout=10)
 
 
 def test_a_pair_server_closes_strangers_and_waits_for_its_leader() -> None:
