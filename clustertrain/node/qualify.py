@@ -43,7 +43,8 @@ from typing import Any
 # whole: 0.07 s of it read a node at 25 % of a CPU as only 2.3-3.6x slower); PAYLOAD
 # bytes each way between the two nodes of a pair, MIN_EXCHANGES times, then up to EXCHANGES
 # times while the pair has spent less than PAIR_BUDGET_S (the best counts); ROUNDS rounds of
-# pairs at most. JOIN_S bounds the joining, and every wait after it.
+# pairs at most. JOIN_S bounds the joining and each wave of steps after it (the socket
+# probes' member waits twice that for its next order: the head's join window, then a wave).
 MATMUL_N, MATMUL_REPEAT, GPU_REPEAT = 384, 200, 200
 PAYLOAD, MIN_EXCHANGES, EXCHANGES, PAIR_BUDGET_S = 256 << 10, 3, 8, 0.5
 ROUNDS = 3
