@@ -6,6 +6,7 @@ watchdog    beside each step: a hang found from the heartbeats, every rank's sta
 beats       the ranks' heartbeats, read (the watchdog's poll, `clustertrain top`)
 rollcall    with spare nodes: which nodes still answer, and which to train on next
 nodecheck   each node's check before training (the head node's address, the rendezvous port)
+qualify     qualification's schedule and verdict; torchprobe and sockprobe (with wire) measure
 netif       the interface on a node's route to the head node
 
 Nothing here imports the submit side.

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from clustertrain.node import qualify
+from clustertrain.node import qualify, sockprobe, torchprobe
 from clustertrain.node.netif import interface_to
 
 
@@ -116,6 +116,15 @@ def judge(folder: Path, nodes: int, started: float) -> list[dict[str, Any]] | No
     return probes
 
 
+def _qualify(head: str, port: int, found: dict[str, Any]) -> dict[str, Any]:
+    """This node's figures: with the torch probes where a GPU may be (NCCL, as the job's ranks
+    will use), else without torch (clustertrain.node.qualify says why)."""
+    if qualify.gpus_here():
+        return torchprobe.measure(head, port, found.get("interface"))
+    rank, world = int(os.environ["SLURM_NODEID"]), int(os.environ["SLURM_STEP_NUM_NODES"])
+    return sockprobe.measure(found["address"], port, rank, world)
+
+
 def main(argv: list[str]) -> int:
     """``probe FOLDER [--qualify]`` on each node: this node's answers in FOLDER/NODE.json
     (with ``--qualify``, its figures too: clustertrain.node.qualify)."""
@@ -124,7 +133,7 @@ def main(argv: list[str]) -> int:
         head, port = os.environ["HEAD_NODE"], int(os.environ["RDZV_PORT"])
         found = probe(head, port, os.environ.get("SLURM_NODEID") == "0")
         if argv[2:] == ["--qualify"] and "error" not in found:
-            found.update(qualify.measure(head, port, found.get("interface")))
+            found.update(_qualify(head, port, found))
         folder.mkdir(parents=True, exist_ok=True)
         if found.get("interface"):
             (folder / f"{found['node']}.ifname").write_text(found["interface"], encoding="utf-8")

@@ -37,6 +37,29 @@ def test_each_round_pairs_a_node_once_and_three_rounds_give_each_node_its_partne
         assert set(pairs) == set(itertools.combinations(range(count), 2))
 
 
+@pytest.mark.parametrize(
+    ("hosts", "expected"),
+    [
+        ([["a"], ["a"], ["a"], ["a"]], [[0], [1], [2], [3]]),  # one host (the local cluster)
+        ([["a"], ["b"], ["c"], ["d"]], [[0, 1, 2, 3]]),  # separate hosts: at once
+        ([["a"], ["a"], ["b"], ["c"]], [[0, 2, 3], [1]]),  # a's nodes take turns, not b, c
+        ([["a"], [None], ["b"]], [[0, 2], [1]]),  # an unknown host shares with everyone
+        ([["a", "b"], ["c", "d"], ["a", "c"]], [[0, 1], [2]]),  # pairs: both hosts count
+        ([["a", "a"], ["b", "c"]], [[0, 1]]),  # a pair within one host keeps to it
+    ],
+)
+def test_steps_that_share_a_host_take_turns_and_the_others_run_at_once(
+    hosts: list[list[str | None]], expected: list[list[int]]
+) -> None:
+    assert qualify.waves(hosts) == expected
+
+
+def test_a_node_without_a_gpu_driver_takes_the_probes_without_torch() -> None:
+    assert not qualify.gpus_here(lambda path: False)
+    for sign in ("/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd"):
+        assert qualify.gpus_here({sign}.__contains__)
+
+
 def _probe(node: str, gflops: float | None = 40.0, link: float | None = 500.0) -> dict[str, Any]:
     found: dict[str, Any] = {"node": node, "host": node, "head": "node1", "address": "10.0.0.1"}
     return found | {"gflops": gflops, "link_mib_s": link}
