@@ -10,7 +10,7 @@ ranks, gloo, rank 1 raising once at step 60, a checkpoint every 20 steps) is sub
 - the step ended: srun returned to the supervisor (its ``restarted`` event, less ``stopped_s``);
 - the decision: the supervisor's ``restarted`` event, the new step launched right after;
 - each rank's process born (its first line, before any import), torch imported, the process
-  group up (``init_process_group``), the checkpoint loaded, the first step done.
+  group up (``init_process_group``), DDP built and the checkpoint loaded, the first step done.
 
 Each phase is the last rank's (the slowest decides when training goes on), median of the runs.
 Needs `clustertrain cluster up` (namespace layout).
@@ -39,7 +39,7 @@ PHASES = (
     ("srun, launcher, its rendezvous, worker spawned", "born"),
     ("python and torch imported", "imported"),
     ("process group up", "grouped"),
-    ("checkpoint loaded", "loaded"),
+    ("DDP built, checkpoint loaded", "loaded"),
     ("first step done", "first_step"),
 )
 

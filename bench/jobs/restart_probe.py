@@ -3,11 +3,12 @@ each part of its start-up ended: what bench/restart.py reads to break a restart 
 
     restart_probe.py OUT_DIR [--steps 120] [--crash-at 60] [--every 20]
 
-Every rank appends one JSON line to ``OUT_DIR/phases.jsonl`` per start (its process start, torch
-imported, process group up, checkpoint loaded, first step done, all as ``time.time()``); rank 1
-writes ``OUT_DIR/crash.json`` with the time it raises, at step ``--crash-at``, on its first run
-only. Rank 0 saves a checkpoint every ``--every`` steps (``torch.save`` then ``os.replace``) and
-every start loads the newest, so a restart resumes from it as a training script would.
+Every rank appends one JSON line to ``OUT_DIR/phases.jsonl`` per start (its process start,
+torch imported, process group up, DDP built and checkpoint loaded, first step done, each a
+``time.time()``); rank 1 writes ``OUT_DIR/crash.json`` with the time it raises, at step
+``--crash-at``, on its first run only. Rank 0 saves a checkpoint every ``--every`` steps
+(``torch.save``, then ``os.replace``) and every start loads the newest, so a restart resumes
+from it as a training script would.
 """
 
 import time
