@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from clustertrain.files import printable
 from clustertrain.jobstate import RUN_FOLDER, SACCT, Accounting, JobState
 from clustertrain.rank.events import Event
-from clustertrain.runs import logs, timeline, why
+from clustertrain.runs import timeline, why
 from clustertrain.runs.folder import Run
 
 
@@ -124,17 +124,11 @@ def report(
         headline=timeline.headline(found, run.metric) if state.finished else None,
         setup=records.setup if records else None,
         hang=records.hang if records else None,
-        lost_nodes=records.lost_nodes if records else _lost(run, accounting),
+        lost_nodes=records.lost_nodes if records else why.lost_nodes(run, accounting),
         unreachable=unreachable,
         accounting=accounting,
         cause=why.cause(records) if records else None,
     )
-
-
-def _lost(run: Run, accounting: Accounting | None) -> tuple[str, ...]:
-    """The nodes lost in earlier attempts of a job that went on: srun's words and accounting's."""
-    kept = accounting.lost_nodes if accounting is not None else ()
-    return tuple(dict.fromkeys([*logs.lost_nodes(run), *kept]))
 
 
 def cause(run: Run, state: JobState, found: list[Event]) -> why.Cause | None:

@@ -216,10 +216,7 @@ def read(
         batch=tuple(batch),
         accounting=accounting,
         hang=logs.hang(run),
-        # srun's words, and accounting's record (srun may be stopped before it is told).
-        lost_nodes=tuple(
-            dict.fromkeys([*logs.lost_nodes(run), *(accounting.lost_nodes if accounting else ())])
-        ),
+        lost_nodes=lost_nodes(run, accounting),
         # The batch script's setup lines run first; a node's (node_setup) in its launch script.
         setup=logs.setup_line(batch) or next(filter(None, map(logs.setup_line, launchers)), None),
         ended=str(ended[-1].values.get("status", "")) if ended else None,
@@ -229,6 +226,13 @@ def read(
         storm=(int(storm[-1].get("restarts", 0)), str(storm[-1].get("why", ""))) if storm else None,
         no_restart=_rank_on(asked[-1]) if asked else None,
     )
+
+
+def lost_nodes(run: Run, accounting: Accounting | None) -> tuple[str, ...]:
+    """The nodes Slurm declared lost: srun's words, and accounting's record (srun may be stopped
+    before it is told)."""
+    kept = accounting.lost_nodes if accounting is not None else ()
+    return tuple(dict.fromkeys([*logs.lost_nodes(run), *kept]))
 
 
 def _rank_on(values: dict[str, Any]) -> tuple[int, str] | None:
