@@ -56,10 +56,7 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
         fd = os.open(path, _READ) if within is None else _open_below(path, within)
     except OSError as exc:
         raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked first: fdopen refuses a folder
-        os.close(fd)
-        raise RunFolderError(f"{path}: not a regular file")
-    return os.fdopen(fd, "rb")
+    return _regular(fd, path)
 
 
 def open_regular_at(folder: int, path: Path) -> BinaryIO:
@@ -70,6 +67,12 @@ def open_regular_at(folder: int, path: Path) -> BinaryIO:
         fd = os.open(path.name, _READ, dir_fd=folder)
     except OSError as exc:
         raise RunFolderError(f"{path}: cannot be read ({exc.strerror})") from None
+    return _regular(fd, path)
+
+
+def _regular(fd: int, path: Path) -> BinaryIO:
+    """``fd`` as a file to read, if it is a regular file (checked first: fdopen refuses a
+    folder); else closed, and :class:`RunFolderError`."""
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise RunFolderError(f"{path}: not a regular file")
