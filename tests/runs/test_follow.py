@@ -9,7 +9,7 @@ import os
 import shutil
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -90,29 +90,31 @@ def test_the_same_without_inotify_checks_a_third_of_the_files_each_cycle(
     assert cycle.stats >= 400 // follow.SWEEP_CYCLES
 
 
-def test_the_safety_sweep_reads_a_write_no_event_told_of(
-    tmp_path: Path, watched: Watcher, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder = _folder_of(tmp_path, 3)
-    cycle = _Cycles(tmp_path / "logs", watched, monkeypatch)
-    cycle()
-    monkeypatch.setattr(watched, "take", lambda folder: set())  # every event lost
+def _append(folder: Path) -> bytes:
     with (folder / "node002.out").open("a") as handle:
         handle.write("unheard\n")
-    seen = [line for _ in range(follow.SAFETY_CYCLES) for line in cycle()]
-    assert seen == [b"unheard"]
+    return b"unheard"
 
 
-def test_the_safety_sweep_finds_a_file_no_event_told_of(
-    tmp_path: Path, watched: Watcher, monkeypatch: pytest.MonkeyPatch
+def _make(folder: Path) -> bytes:
+    (folder / "node100.out").write_text("made unheard\n")
+    return b"made unheard"
+
+
+@pytest.mark.parametrize("write", [_append, _make], ids=["a-write", "a-new-file"])
+def test_the_safety_sweep_reads_what_no_event_told_of(
+    tmp_path: Path,
+    watched: Watcher,
+    monkeypatch: pytest.MonkeyPatch,
+    write: Callable[[Path], bytes],
 ) -> None:
     folder = _folder_of(tmp_path, 3)
     cycle = _Cycles(tmp_path / "logs", watched, monkeypatch)
     cycle()
     monkeypatch.setattr(watched, "take", lambda folder: set())  # every event lost
-    (folder / "node100.out").write_text("made unheard\n")
+    said = write(folder)
     seen = [line for _ in range(follow.SAFETY_CYCLES) for line in cycle()]
-    assert seen == [b"made unheard"]
+    assert seen == [said]
 
 
 def test_a_new_attempt_folder_and_the_files_made_in_it_later_are_read(
