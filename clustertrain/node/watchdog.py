@@ -183,7 +183,8 @@ def watch(
     spare nodes, end the step as soon as one of its nodes is lost; name stragglers."""
     active, started, next_call = _active_nodes(), time.time(), 0.0
     poll_s = poll_s or min(5.0, timeout_s / 4, *([protocol.BEACON_S / 2] if active else []))
-    nodes: dict[int, str] = {}  # each rank's node, read once (beats.read)
+    # Each rank's node, read once (beats.read): the straggler scores' own, where they run.
+    nodes: dict[int, str] = stragglers.nodes if stragglers is not None else {}
     while _alive(srun_pid):
         found = beats.read(folder, nodes=nodes)
         if stragglers is not None and stragglers.poll(folder, srun_pid, found):
